@@ -1,0 +1,501 @@
+"""View SQL → logical algebra, through sqlglot's parser and ``qualify``.
+
+Every refusal is raised here, before any I/O: a construct outside what idivm maintains raises
+``UnsupportedSQL`` naming it, a table without a primary key raises ``UnsupportedSQL`` naming the
+table.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, SqlglotError
+from sqlglot.optimizer.qualify import qualify
+
+from idivm import algebra as A
+from idivm.catalog import Catalog
+from idivm.errors import CatalogError, UnsupportedSQL
+
+VOLATILE = {
+    "now", "random", "clock_timestamp", "statement_timestamp", "transaction_timestamp",
+    "timeofday", "nextval", "currval", "setval", "gen_random_uuid", "uuid_generate_v4",
+    "setseed", "txid_current", "pg_backend_pid", "rand", "uuid", "current_timestamp",
+    "current_date", "current_time", "localtimestamp", "localtime", "unix_timestamp",
+    "monotonically_increasing_id",
+}
+VOLATILE_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Rand, exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.CurrentDatetime,
+)
+AGG_NODES: dict[type[exp.Expression], str] = {
+    exp.Sum: "sum", exp.Count: "count", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
+}
+
+
+@dataclass(frozen=True)
+class ViewQuery:
+    """The algebra of a view and its declared output columns (the root's columns, in order)."""
+
+    root: A.Node
+    columns: tuple[str, ...]
+    sql: str
+
+
+def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres") -> ViewQuery:
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except ParseError as e:
+        raise UnsupportedSQL("syntax", f"the view SQL does not parse: {e}") from e
+    if len(statements) != 1:
+        raise UnsupportedSQL("multiple statements", "a view is exactly one SELECT query")
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        raise UnsupportedSQL(tree.key.upper(), "a view is a SELECT query")
+    _refuse(tree)
+    tree = _inline_ctes(tree)
+    for t in tree.find_all(exp.Table):
+        if t.name and not catalog.has_table(t.name):
+            raise CatalogError(f"unknown table {t.name!r} in the view")
+    try:
+        tree = qualify(tree, schema=catalog.sqlglot_schema(), dialect=dialect,
+                       quote_identifiers=False, validate_qualify_columns=True)
+    except SqlglotError as e:
+        raise UnsupportedSQL("name resolution", str(e)) from e
+    conv = _Converter(catalog)
+    root, names = conv.query(tree, outer=None)
+    if len(set(names)) != len(names):
+        raise UnsupportedSQL("duplicate output column", "every view column needs its own name")
+    return ViewQuery(root=root, columns=tuple(names), sql=sql)
+
+
+def _refuse(tree: exp.Expression) -> None:
+    """Name the first construct idivm does not maintain, with the reason."""
+    for node in tree.walk():
+        if isinstance(node, exp.Window):
+            raise UnsupportedSQL("window function", "window functions are not maintained")
+        if isinstance(node, exp.Order) and not isinstance(node.parent, exp.Window):
+            raise UnsupportedSQL("ORDER BY", "a materialized view is an unordered relation")
+        if isinstance(node, exp.Limit | exp.Offset | exp.Fetch):
+            raise UnsupportedSQL("LIMIT/OFFSET", "top-k views are not maintained")
+        if isinstance(node, exp.Join):
+            side = (node.side or "").upper()
+            kind = (node.kind or "").upper()
+            if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
+                raise UnsupportedSQL(f"{side or 'OUTER'} JOIN", "outer joins are not maintained")
+            if kind in ("SEMI", "ANTI", "ASOF"):
+                raise UnsupportedSQL(f"{kind} JOIN", "write EXISTS / NOT EXISTS instead")
+            method = str(node.args.get("method") or "").upper()
+            if method and method != "NATURAL":
+                raise UnsupportedSQL(f"{method} JOIN", "not maintained")
+        if isinstance(node, exp.Lateral):
+            raise UnsupportedSQL("LATERAL", "lateral subqueries are not maintained")
+        if isinstance(node, exp.With) and node.args.get("recursive"):
+            raise UnsupportedSQL("WITH RECURSIVE", "recursive queries are not maintained")
+        if isinstance(node, exp.Rollup | exp.Cube | exp.GroupingSets):
+            raise UnsupportedSQL("GROUPING SETS/ROLLUP/CUBE", "not maintained")
+        if isinstance(node, exp.Distinct) and node.args.get("on"):
+            raise UnsupportedSQL("DISTINCT ON", "not maintained")
+        if isinstance(node, exp.Filter):
+            raise UnsupportedSQL("aggregate FILTER", "not maintained")
+        if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
+            raise UnsupportedSQL("COUNT(DISTINCT)", "not maintained; use a DISTINCT subquery")
+        if isinstance(node, VOLATILE_NODES):
+            raise UnsupportedSQL(node.sql(), "volatile functions make a view not maintainable")
+        if isinstance(node, exp.Func):
+            name = (node.sql_name() if not isinstance(node, exp.Anonymous) else node.name).lower()
+            if name in VOLATILE:
+                raise UnsupportedSQL(f"{name}()", "volatile functions make a view not "
+                                     "maintainable (its value changes without a data change)")
+            if isinstance(node, exp.AggFunc) and type(node) not in AGG_NODES:
+                raise UnsupportedSQL(f"aggregate {name}", "only SUM, COUNT, AVG, MIN, MAX")
+        if isinstance(node, exp.Except | exp.Intersect) and not node.args.get("distinct", True):
+            raise UnsupportedSQL(f"{node.key.upper()} ALL", "bag difference is not maintained")
+
+
+def _inline_ctes(tree: exp.Query) -> exp.Query:
+    """Non-recursive WITH: substitute each CTE as a FROM subquery (pure rewrite)."""
+    w = tree.args.get("with_") or tree.args.get("with")
+    if not w:
+        return tree
+    tree = tree.copy()
+    ctes = {c.alias: c.this for c in w.expressions}
+    tree.set("with_" if "with_" in tree.args else "with", None)
+
+    def sub(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Table) and not n.db and n.name in ctes:
+            return exp.Subquery(this=ctes[n.name].copy(), alias=exp.TableAlias(
+                this=exp.to_identifier(n.alias_or_name)))
+        return n
+
+    return tree.transform(sub)
+
+
+@dataclass
+class _Scope:
+    """Source alias → {column → plan column}; ``outer`` for correlated references."""
+
+    sources: dict[str, dict[str, str]]
+    outer: _Scope | None = None
+    nullable: dict[str, bool] = field(default_factory=dict)
+
+    def resolve(self, table: str, column: str) -> tuple[str, bool]:
+        """Plan column, and whether it came from an enclosing scope."""
+        if table in self.sources and column in self.sources[table]:
+            return self.sources[table][column], False
+        if self.outer is not None:
+            name, _ = self.outer.resolve(table, column)
+            return name, True
+        raise UnsupportedSQL("column reference", f"cannot resolve {table}.{column}")
+
+
+class _Converter:
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.nids = itertools.count(1)
+        self.used: set[str] = set()
+
+    # -- naming --------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        name = base
+        for i in itertools.count(2):
+            if name not in self.used:
+                break
+            name = f"{base}_{i}"
+        self.used.add(name)
+        return name
+
+    def nid(self) -> int:
+        return next(self.nids)
+
+    # -- queries -------------------------------------------------------------------------
+    def query(self, e: exp.Expression, outer: _Scope | None) -> tuple[A.Node, list[str]]:
+        """A query's algebra: its root has exactly the output columns, in order."""
+        if isinstance(e, exp.Subquery):
+            return self.query(e.this, outer)
+        if isinstance(e, exp.Union):
+            return self.union(e, outer)
+        if isinstance(e, exp.Except | exp.Intersect):
+            return self.except_intersect(e, outer)
+        if isinstance(e, exp.Select):
+            return self.select(e, outer)
+        raise UnsupportedSQL(e.key.upper(), "not a query idivm maintains")
+
+    def branch(self, e: exp.Expression, outer: _Scope | None) -> tuple[A.Node, list[str]]:
+        """A set-operation input, renamed to fresh plan names."""
+        node, names = self.query(e, outer)
+        fresh = [self.fresh(f"s__{n}") for n in names]
+        cols = node.columns
+        return A.Project(self.nid(), node, tuple(
+            (f, A.col(c)) for f, c in zip(fresh, cols, strict=True))), fresh
+
+    def union(self, e: exp.Union, outer: _Scope | None) -> tuple[A.Node, list[str]]:
+        left, lnames = self.branch(e.left, outer)
+        right, rnames = self.branch(e.right, outer)
+        if len(lnames) != len(rnames):
+            raise UnsupportedSQL("UNION", "both sides need the same number of columns")
+        out_names = [n for n in self.query_names(e.left)]
+        names = tuple(self.fresh(f"u__{n}") for n in out_names)
+        node: A.Node = A.UnionAll(self.nid(), left, right, names, tuple(lnames), tuple(rnames))
+        if e.args.get("distinct", True):
+            node = A.Aggregate(self.nid(), node, names, ())
+        return self.rename(node, list(names), out_names)
+
+    def except_intersect(self, e: exp.Expression, outer: _Scope | None
+                         ) -> tuple[A.Node, list[str]]:
+        left, lnames = self.branch(e.left, outer)
+        right, rnames = self.branch(e.right, outer)
+        if len(lnames) != len(rnames):
+            raise UnsupportedSQL(e.key.upper(), "both sides need the same number of columns")
+        distinct = A.Aggregate(self.nid(), left, tuple(lnames), ())
+        pred = A.conjoin([exp.NullSafeEQ(this=A.col(a), expression=A.col(b))
+                          for a, b in zip(lnames, rnames, strict=True)])
+        assert pred is not None
+        cls = A.AntiJoin if isinstance(e, exp.Except) else A.SemiJoin
+        node = cls(self.nid(), distinct, right, pred)
+        return self.rename(node, lnames, self.query_names(e.left))
+
+    def query_names(self, e: exp.Expression) -> list[str]:
+        while isinstance(e, exp.Subquery | exp.Union | exp.Except | exp.Intersect):
+            e = e.this if isinstance(e, exp.Subquery) else e.left
+        assert isinstance(e, exp.Select)
+        return [s.alias_or_name for s in e.expressions]
+
+    def rename(self, node: A.Node, cols: list[str], names: list[str]
+               ) -> tuple[A.Node, list[str]]:
+        return A.Project(self.nid(), node, tuple(
+            (n, A.col(c)) for n, c in zip(names, cols, strict=True))), names
+
+    # -- SELECT ------------------------------------------------------------------------------
+    def source(self, item: exp.Expression, scope: _Scope) -> A.Node:
+        alias = item.alias_or_name
+        if isinstance(item, exp.Table):
+            table = self.catalog.table(item.name)
+            if not table.primary_key:
+                raise UnsupportedSQL(
+                    f"table {table.name} without a primary key",
+                    f"ID-based maintenance needs a key on every base table; "
+                    f"add PRIMARY KEY to {table.name}")
+            cols = tuple(self.fresh(f"{alias}__{c.name}") for c in table.columns)
+            scope.sources[alias] = {c.name: p for c, p in zip(table.columns, cols, strict=True)}
+            for c, p in zip(table.columns, cols, strict=True):
+                scope.nullable[p] = c.nullable
+            return A.Scan(self.nid(), table.name, alias, cols, table.column_names)
+        if isinstance(item, exp.Subquery):
+            node, names = self.query(item.this, None)
+            fresh = [self.fresh(f"{alias}__{n}") for n in names]
+            scope.sources[alias] = dict(zip(names, fresh, strict=True))
+            return A.Project(self.nid(), node, tuple(
+                (f, A.col(c)) for f, c in zip(fresh, node.columns, strict=True)))
+        raise UnsupportedSQL(item.key.upper(), "only tables and subqueries may appear in FROM")
+
+    def translate(self, e: exp.Expression, scope: _Scope) -> tuple[exp.Expression, bool]:
+        """Rewrite qualified column references to plan columns; also report correlation."""
+        correlated = False
+
+        def sub(n: exp.Expression) -> exp.Expression:
+            nonlocal correlated
+            if isinstance(n, exp.Column) and n.table:
+                name, outer = scope.resolve(n.table, n.name)
+                correlated = correlated or outer
+                return A.col(name)
+            if isinstance(n, exp.Column):
+                raise UnsupportedSQL("column reference", f"unresolved column {n.sql()}")
+            return n
+
+        return e.copy().transform(sub), correlated
+
+    def select(self, s: exp.Select, outer: _Scope | None) -> tuple[A.Node, list[str]]:
+        scope = _Scope({}, outer)
+        from_ = s.args.get("from_") or s.args.get("from")
+        if from_ is None:
+            raise UnsupportedSQL("SELECT without FROM", "a view reads at least one table")
+        items = [from_.this] + [j.this for j in s.args.get("joins") or []]
+        nodes = [self.source(item, scope) for item in items]
+        aliases = [item.alias_or_name for item in items]
+        pool: list[exp.Expression] = []
+        for j in s.args.get("joins") or []:
+            if j.args.get("using"):
+                raise UnsupportedSQL("JOIN USING", "could not be resolved")  # qualify rewrites it
+            pool += A.conjuncts(j.args.get("on"))
+        where = s.args.get("where")
+        pool += A.conjuncts(where.this if where else None)
+        subqueries = [c for c in pool if self.is_subquery_predicate(c)]
+        plain = [c for c in pool if not self.is_subquery_predicate(c)]
+        for c in plain:
+            if c.find(exp.Select):
+                raise UnsupportedSQL("scalar subquery", "subqueries are maintained only in "
+                                     "FROM and as [NOT] EXISTS / [NOT] IN predicates")
+        node = self.join_tree(nodes, aliases, plain, scope)
+        for c in subqueries:
+            node = self.subquery_predicate(node, c, scope)
+        return self.select_list(s, node, scope)
+
+    def join_tree(self, nodes: list[A.Node], aliases: list[str], pool: list[exp.Expression],
+                  scope: _Scope) -> A.Node:
+        """Left-deep joins in FROM order; each conjunct goes as low as its columns allow."""
+        owner = {p: a for a, cols in scope.sources.items() for p in cols.values()}
+        translated = []
+        for c in pool:
+            t, _ = self.translate(c, scope)
+            srcs = {owner.get(n) for n in A.referenced(t)}
+            translated.append((t, srcs))
+        used = [False] * len(translated)
+
+        def take(pred: set[str | None], local: str | None) -> list[exp.Expression]:
+            out = []
+            for i, (t, srcs) in enumerate(translated):
+                if used[i] or not srcs <= pred:
+                    continue
+                if local is not None and local not in srcs:
+                    continue
+                used[i] = True
+                out.append(t)
+            return out
+
+        def with_filters(n: A.Node, alias: str) -> A.Node:
+            local = take({alias}, alias)
+            p = A.conjoin(local)
+            return A.Select(self.nid(), n, p) if p is not None else n
+
+        cur = with_filters(nodes[0], aliases[0])
+        seen: set[str | None] = {aliases[0]}
+        for n, alias in zip(nodes[1:], aliases[1:], strict=True):
+            right = with_filters(n, alias)
+            seen.add(alias)
+            cur = A.Join(self.nid(), cur, right, A.conjoin(take(seen, alias)))
+        rest = take(seen | {None}, None)
+        p = A.conjoin(rest)
+        return A.Select(self.nid(), cur, p) if p is not None else cur
+
+    @staticmethod
+    def is_subquery_predicate(c: exp.Expression) -> bool:
+        inner = c.this if isinstance(c, exp.Not) else c
+        if isinstance(inner, exp.Paren):
+            inner = inner.this
+        return isinstance(inner, exp.Exists) or (
+            isinstance(inner, exp.In) and inner.args.get("query") is not None)
+
+    def subquery_predicate(self, node: A.Node, c: exp.Expression, scope: _Scope) -> A.Node:
+        negated = isinstance(c, exp.Not)
+        inner = c.this if negated else c
+        if isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, exp.Exists):
+            sub = inner.this
+            probe: exp.Expression | None = None
+        else:
+            assert isinstance(inner, exp.In)
+            q = inner.args["query"]
+            sub = q.this if isinstance(q, exp.Subquery) else q
+            probe = inner.this
+        if not isinstance(sub, exp.Select) or sub.args.get("group") or sub.args.get(
+                "having") or sub.find(exp.AggFunc) or sub.args.get("distinct"):
+            right, names = self.query(sub, None)
+            pred_parts = []
+            if probe is not None:
+                if len(names) != 1:
+                    raise UnsupportedSQL("IN (subquery)", "the subquery must return one column")
+                pt, _ = self.translate(probe, scope)
+                pred_parts.append(exp.EQ(this=pt, expression=A.col(right.columns[0])))
+            else:
+                raise UnsupportedSQL("EXISTS over an aggregate subquery", "not maintained")
+            pred = A.conjoin(pred_parts)
+        else:
+            inner_scope = _Scope({}, scope)
+            from_ = sub.args.get("from_") or sub.args.get("from")
+            items = [from_.this] + [j.this for j in sub.args.get("joins") or []]
+            nodes = [self.source(item, inner_scope) for item in items]
+            aliases = [item.alias_or_name for item in items]
+            pool: list[exp.Expression] = []
+            for j in sub.args.get("joins") or []:
+                pool += A.conjuncts(j.args.get("on"))
+            where = sub.args.get("where")
+            pool += A.conjuncts(where.this if where else None)
+            local, correlated = [], []
+            for p in pool:
+                if self.is_subquery_predicate(p) or p.find(exp.Select):
+                    raise UnsupportedSQL("nested subquery predicate", "not maintained")
+                _, corr = self.translate(p, inner_scope)
+                (correlated if corr else local).append(p)
+            right = self.join_tree(nodes, aliases, local, inner_scope)
+            preds = [self.translate(p, inner_scope)[0] for p in correlated]
+            if probe is not None:
+                if len(sub.expressions) != 1:
+                    raise UnsupportedSQL("IN (subquery)", "the subquery must return one column")
+                pt, _ = self.translate(probe, scope)
+                st, _ = self.translate(sub.expressions[0].unalias(), inner_scope)
+                if negated:
+                    self.require_not_null(pt, scope, "NOT IN")
+                    self.require_not_null(st, inner_scope, "NOT IN")
+                preds.append(exp.EQ(this=pt, expression=st))
+            pred = A.conjoin(preds)
+            scope.nullable.update(inner_scope.nullable)
+        if pred is None:
+            pred = exp.true()
+        if probe is not None and negated and not isinstance(sub, exp.Select):
+            raise UnsupportedSQL("NOT IN", "over a set operation")
+        cls = A.AntiJoin if negated else A.SemiJoin
+        return cls(self.nid(), node, right, pred)
+
+    def require_not_null(self, e: exp.Expression, scope: _Scope, what: str) -> None:
+        for n in A.referenced(e):
+            s: _Scope | None = scope
+            while s is not None and n not in s.nullable:
+                s = s.outer
+            if s is None or s.nullable[n]:
+                raise UnsupportedSQL(f"{what} over a nullable column",
+                                     "NOT IN is NULL-sensitive; declare the column NOT NULL "
+                                     "or write NOT EXISTS")
+        if not isinstance(e, exp.Column):
+            raise UnsupportedSQL(f"{what} over an expression", "compare plain columns")
+
+    def select_list(self, s: exp.Select, node: A.Node, scope: _Scope
+                    ) -> tuple[A.Node, list[str]]:
+        items = list(s.expressions)
+        names = [i.alias_or_name for i in items]
+        group = s.args.get("group")
+        having = s.args.get("having")
+        has_agg = any(i.find(exp.AggFunc) for i in items) or (
+            having is not None and having.find(exp.AggFunc) is not None)
+        if group is not None or has_agg:
+            node, post_scope = self.aggregate(s, node, scope)
+            exprs = [self.post_agg(self.translate(i.unalias(), scope)[0], post_scope)
+                     for i in items]
+            if having is not None:
+                hv = self.post_agg(self.translate(having.this, scope)[0], post_scope)
+                node = A.Select(self.nid(), node, hv)
+        else:
+            exprs = [self.translate(i.unalias(), scope)[0] for i in items]
+        if s.args.get("distinct"):
+            inner = [self.fresh(f"d__{n}") for n in names]
+            node = A.Project(self.nid(), node, tuple(zip(inner, exprs, strict=True)))
+            node = A.Aggregate(self.nid(), node, tuple(inner), ())
+            exprs = [A.col(c) for c in inner]
+        return A.Project(self.nid(), node, tuple(zip(names, exprs, strict=True))), names
+
+    def aggregate(self, s: exp.Select, node: A.Node, scope: _Scope
+                  ) -> tuple[A.Node, dict[str, str]]:
+        """γ with a projection below computing group keys and arguments.
+
+        Returns the aggregate and a map from the SQL of each group expression / aggregate call
+        (in plan names) to the output column holding it.
+        """
+        group = s.args.get("group")
+        group_exprs = [self.translate(g, scope)[0] for g in (group.expressions if group else [])]
+        below: list[tuple[str, exp.Expression]] = []
+        post: dict[str, str] = {}
+        gcols = []
+        for g in group_exprs:
+            if isinstance(g, exp.Column):
+                name = g.name
+            else:
+                name = self.fresh("g__expr")
+            below.append((name, g))
+            post[g.sql()] = name
+            gcols.append(name)
+        aggs: list[A.AggCall] = []
+        having = s.args.get("having")
+        sources = list(s.expressions) + ([having] if having is not None else [])
+        for src in sources:
+            for call in src.find_all(exp.AggFunc):
+                t, corr = self.translate(call, scope)
+                if corr:
+                    raise UnsupportedSQL("correlated aggregate", "not maintained")
+                if t.sql() in post:
+                    continue
+                func = AGG_NODES[type(call)]
+                arg_e = t.this
+                if func == "count" and isinstance(arg_e, exp.Star):
+                    func, arg = "count_star", None
+                elif isinstance(arg_e, exp.Column):
+                    arg = arg_e.name
+                    if arg not in [b[0] for b in below]:
+                        below.append((arg, arg_e))
+                else:
+                    arg = self.fresh("a__expr")
+                    below.append((arg, arg_e))
+                name = self.fresh(f"agg__{func}")
+                aggs.append(A.AggCall(name, func, arg))
+                post[t.sql()] = name
+        proj = A.Project(self.nid(), node, tuple(below))
+        agg = A.Aggregate(self.nid(), proj, tuple(gcols), tuple(aggs))
+        return agg, post
+
+    @staticmethod
+    def post_agg(e: exp.Expression, post: dict[str, str]) -> exp.Expression:
+        """An expression above γ (already in plan names): aggregate calls and group
+        expressions become the aggregate's output columns; anything else is an error."""
+
+        def rewrite(n: exp.Expression) -> exp.Expression:
+            key = n.sql()
+            return A.col(post[key]) if key in post else n
+
+        out = e.copy().transform(rewrite)
+        allowed = set(post.values())
+        for c in out.find_all(exp.Column):
+            if c.name not in allowed:
+                raise UnsupportedSQL(
+                    "ungrouped column", f"{c.sql()} must appear in GROUP BY or an aggregate")
+        return out

@@ -1,0 +1,292 @@
+"""Pass 3: compose the rule DAG into a Δ-script, with intermediate caches (§4).
+
+Caches: the input of an aggregate is materialized when it joins something and has no
+many-to-many join (which would make the cache multi-valued, §4 footnote 6); an aggregate's
+output is materialized unless only projections lie between it and the view (then the view,
+which carries all of the aggregate's columns, is its cache). Statements are ordered per cache,
+bottom-up: the i-diffs of a cache, a snapshot of the rows they touch, the APPLYs, a snapshot
+after; placeholders then resolve against what is applied at that point.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from idivm import algebra as A
+from idivm.catalog import Catalog
+from idivm.planner.instantiate import RuleDag
+from idivm.planner.model import DiffNode, NodeInfo, change_table, post_name, pre_name
+from idivm.planner.ruleapi import c, exists, match, select, subquery, t, union_all
+from idivm.render import render
+from idivm.script import Apply, Compute, Statement
+
+PLACEHOLDER = re.compile(r"^__(post|pre|output|old|new)__(\d+)$")
+FETCH = re.compile(r"^__fetch__(post|pre)__(\d+)__(d\d+)$")
+
+
+@dataclass(frozen=True)
+class Materialized:
+    nid: int
+    name: str
+    role: str  # "view", "cache: input of γ", "cache: output of γ"
+    key: tuple[str, ...]
+    nullable: frozenset[str]
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Composition:
+    statements: tuple[Statement, ...]
+    applied: tuple[frozenset[int], ...]  # per statement: materialized nodes applied before it
+    materialized: tuple[Materialized, ...]  # bottom-up; the view last
+    via_root: Mapping[int, Mapping[str, str]]  # γ kept in the view: γ column → view column
+
+
+def store_name(view: str) -> str:
+    return f"{view}__store"
+
+
+def cache_name(view: str, nid: int) -> str:
+    return f"{view}__cache{nid}"
+
+
+def _has_join(node: A.Node) -> bool:
+    return any(isinstance(n, A.Join | A.SemiJoin | A.AntiJoin | A.UnionAll)
+               for n in A.walk(node))
+
+
+def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
+                  ) -> tuple[list[Materialized], dict[int, dict[str, str]]]:
+    parents: dict[int, A.Node] = {}
+    for n in A.walk(root):
+        for ch in n.children:
+            parents[ch.nid] = n
+    chosen: dict[int, str] = {}
+    via_root: dict[int, dict[str, str]] = {}
+    for n in A.walk(root):
+        if not isinstance(n, A.Aggregate):
+            continue
+        child = n.child
+        if _has_join(child) and not infos[child.nid].multivalued:
+            chosen[child.nid] = "cache: input of γ"
+        path, p = [], parents.get(n.nid)
+        while p is not None and isinstance(p, A.Project):
+            path.append(p)
+            p = parents.get(p.nid)
+        if n is root or (p is None and path):
+            mapping = {k: k for k in n.columns}
+            for proj in path:
+                through = proj.passthrough()
+                mapping = {k: through[v] for k, v in mapping.items()}
+            via_root[n.nid] = mapping
+        else:
+            chosen[n.nid] = "cache: output of γ"
+    out = []
+    for n in A.walk(root):
+        if n.nid in chosen or n is root:
+            info = infos[n.nid]
+            out.append(Materialized(
+                n.nid, store_name(view) if n is root else cache_name(view, n.nid),
+                "view" if n is root else chosen[n.nid], info.ids,
+                frozenset(k for k in info.ids if info.nullable.get(k, True)), n.columns))
+    return out, via_root
+
+
+def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
+            ) -> Composition:
+    mats, via_root = decide_caches(root, infos, view)
+    by_nid = {m.nid: m for m in mats}
+    segment: dict[int, int] = {}  # operator → the materialized operator its i-diffs feed
+
+    def assign(n: A.Node, target: int) -> None:
+        here = n.nid if n.nid in by_nid else target
+        segment[n.nid] = here
+        for ch in n.children:
+            assign(ch, here)
+
+    assign(root, root.nid)
+    stmts: list[Statement] = []
+    applied: list[frozenset[int]] = []
+    done: set[int] = set()
+
+    def emit(s: Statement) -> None:
+        stmts.append(s)
+        applied.append(frozenset(done))
+
+    for d in dag.base:
+        emit(Compute(d.name, d.query, d.rule, "instance"))
+    for m in mats:
+        seg = [d for d in dag.diffs.values()
+               if d.schema.nid >= 0 and segment.get(d.schema.nid) == m.nid]
+        for d in seg:
+            emit(Compute(d.name, d.query, f"{d.rule}  [{d.schema.describe()}]", "idiff"))
+        target_diffs = dag.by_node.get(m.nid, ())
+        if m.role != "view":
+            emit(Compute(f"{m.name}__old", _snapshot(m, target_diffs),
+                         f"snapshot: rows of {m.name} its i-diffs touch (Input_pre)", "snapshot"))
+        for kind in ("del", "upd", "ins"):
+            for d in target_diffs:
+                if d.schema.kind == kind:
+                    emit(_apply(m, d))
+        done.add(m.nid)
+        if m.role != "view":
+            emit(Compute(f"{m.name}__new", _snapshot(m, target_diffs),
+                         f"snapshot: rows of {m.name} its i-diffs touch (Input_post)",
+                         "snapshot"))
+    return Composition(tuple(stmts), tuple(applied), tuple(mats), via_root)
+
+
+def touches(m_cols: tuple[str, ...], diffs: tuple[DiffNode, ...], alias: str,
+            nullable: frozenset[str], key: tuple[str, ...]) -> exp.Expression:
+    """The rows of a relation named by any of the i-diffs (by their IDs)."""
+    parts: list[exp.Expression] = []
+    for d in diffs:
+        ids = key if d.schema.kind == "ins" else d.schema.ids
+        parts.append(exists(t(d.name, "z"), match([(k, k) for k in ids], alias, "z",
+                                                   {k: True for k in nullable})))
+    if not parts:
+        return exp.false()
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.or_(out, p)
+    return out
+
+
+def _snapshot(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select:
+    return select([(k, c(k, "x")) for k in m.columns], t(m.name, "x"),
+                  touches(m.columns, diffs, "x", m.nullable, m.key))
+
+
+def _apply(m: Materialized, d: DiffNode) -> Apply:
+    s = d.schema
+    cols = m.columns if s.kind == "ins" else s.post
+    return Apply(s.kind, m.name, d.name, m.key if s.kind == "ins" else s.ids, cols, m.key,
+                 m.nullable & frozenset(m.key if s.kind == "ins" else s.ids),
+                 f"APPLY {s.describe()} to {m.name} ({m.role})")
+
+
+# -- placeholder resolution -----------------------------------------------------------------
+
+
+class Resolver:
+    """Turns Input_pre/Input_post/Output/old/new/fetch placeholders into relations, given which
+    caches are already applied when the statement runs."""
+
+    def __init__(self, root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag,
+                 comp: Composition, catalog: Catalog) -> None:
+        self.root, self.infos, self.dag, self.comp, self.catalog = root, infos, dag, comp, catalog
+        self.nodes = {n.nid: n for n in A.walk(root)}
+        self.mats = {m.nid: m for m in comp.materialized}
+
+    def types(self, col: str) -> str | None:
+        for info in self.infos.values():
+            if info.types.get(col):
+                return info.types[col]
+        return None
+
+    # relations with all of a node's columns
+    def state(self, nid: int, which: str, applied: frozenset[int]) -> exp.Expression:
+        node = self.nodes[nid]
+
+        def leaf(n: A.Node) -> exp.Expression | None:
+            if n.nid in self.mats and n.nid in applied:
+                return t(self.mats[n.nid].name) if which == "post" else self.cache_pre(n.nid)
+            if which == "pre" and isinstance(n, A.Scan):
+                return self.base_pre(n)
+            return None
+
+        return render(node, leaf, self.types)
+
+    def base_pre(self, scan: A.Scan) -> exp.Expression:
+        """R_pre = (R minus the changed keys) ∪ the pre-images of the changes."""
+        table = self.catalog.table(scan.table)
+        key = table.primary_key
+        pairs = list(zip(scan.cols, scan.base_cols, strict=True))
+        kept = select([(p, c(b, "r")) for p, b in pairs], t(table.name, "r"),
+                      exp.Not(this=exists(t(change_table(table.name), "g"),
+                                          match([(k, k) for k in key], "r", "g"))))
+        old = select([(p, c(b if b in key else pre_name(b), "g")) for p, b in pairs],
+                     t(change_table(table.name), "g"), c("__has_pre", "g"))
+        return union_all([kept, old])
+
+    def base_side(self, scan: A.Scan, which: str) -> exp.Select:
+        table = self.catalog.table(scan.table)
+        name = pre_name if which == "old" else post_name
+        flag = "__has_pre" if which == "old" else "__has_post"
+        return select([(p, c(b if b in table.primary_key else name(b), "g"))
+                       for p, b in zip(scan.cols, scan.base_cols, strict=True)],
+                      t(change_table(table.name), "g"), c(flag, "g"))
+
+    def cache_pre(self, nid: int) -> exp.Expression:
+        m = self.mats[nid]
+        kept = select([(k, c(k, "x")) for k in m.columns], t(m.name, "x"),
+                      exp.Not(this=exists(t(f"{m.name}__new", "n"),
+                                          match([(k, k) for k in m.key], "x", "n",
+                                                {k: True for k in m.nullable}))))
+        old = select([(k, c(k, "o")) for k in m.columns], t(f"{m.name}__old", "o"))
+        return union_all([kept, old])
+
+    def output(self, nid: int) -> exp.Expression:
+        if nid in self.mats:
+            return t(self.mats[nid].name)
+        mapping = self.comp.via_root[nid]
+        view = self.mats[self.root.nid]
+        return select([(k, c(v, "w")) for k, v in mapping.items()], t(view.name, "w"))
+
+    def old_new(self, nid: int, which: str, applied: frozenset[int]) -> exp.Expression:
+        node = self.nodes[nid]
+        if isinstance(node, A.Scan):
+            return self.base_side(node, which)
+        if nid in self.mats:
+            return t(f"{self.mats[nid].name}__{which}")
+        info = self.infos[nid]
+        diffs = self.dag.by_node.get(nid, ())
+        src = subquery(self.state(nid, "pre" if which == "old" else "post", applied), "s")
+        nullable = frozenset(k for k in node.columns if info.nullable.get(k, True))
+        return select([(k, c(k, "s")) for k in node.columns], src,
+                      touches(node.columns, diffs, "s", nullable, info.ids))
+
+    def fetch(self, which: str, nid: int, diff: str, applied: frozenset[int]) -> exp.Expression:
+        node = self.nodes[nid]
+        d = self.dag.diffs[diff]
+        info = self.infos[nid]
+        src = subquery(self.state(nid, which, applied), "s")
+        ids = info.ids if d.schema.kind == "ins" else d.schema.ids
+        nullable = {k: True for k in ids if info.nullable.get(k, True)}
+        return select([(k, c(k, "s")) for k in node.columns], src,
+                      exists(t(diff, "z"), match([(k, k) for k in ids], "s", "z", nullable)))
+
+    def resolve(self, q: exp.Expression, applied: frozenset[int],
+                rewrite_fetch: Callable[[str, int, DiffNode], exp.Expression | None]
+                ) -> exp.Expression:
+        def sub(n: exp.Expression) -> exp.Expression:
+            if not isinstance(n, exp.Table):
+                return n
+            alias = n.alias
+            rel: exp.Expression | None = None
+            m = PLACEHOLDER.match(n.name)
+            f = FETCH.match(n.name)
+            if m:
+                kind, nid = m.group(1), int(m.group(2))
+                if kind in ("post", "pre"):
+                    rel = self.state(nid, kind, applied)
+                elif kind == "output":
+                    rel = self.output(nid)
+                else:
+                    rel = self.old_new(nid, kind, applied)
+            elif f:
+                which, nid, diff = f.group(1), int(f.group(2)), f.group(3)
+                rel = rewrite_fetch(which, nid, self.dag.diffs[diff])
+                if rel is None:
+                    rel = self.fetch(which, nid, diff, applied)
+            if rel is None:
+                return n
+            if isinstance(rel, exp.Table):
+                return t(rel.name, alias or None)
+            return subquery(rel, alias or n.name)
+
+        return q.copy().transform(sub)

@@ -1,0 +1,93 @@
+"""Pass 2: instantiate each operator's rules for every base-table i-diff schema (§4).
+
+Starting from each base-table i-diff at every scan of its table, a bottom-up walk applies the
+operators' rules; an operator may emit several i-diffs for one input (e.g. σ turns an update into
+Δu, Δ- and Δ+), and blocking operators combine all their inputs, so the result is a DAG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from idivm import algebra as A
+from idivm.catalog import Catalog
+from idivm.planner.model import (
+    BaseSchema,
+    DiffNode,
+    DiffSchema,
+    NodeInfo,
+    change_table,
+    post_name,
+    pre_name,
+)
+from idivm.planner.ruleapi import RuleContext, c, select, t
+from idivm.rules import rule_for
+
+
+@dataclass(frozen=True)
+class RuleDag:
+    diffs: Mapping[str, DiffNode]  # every instantiated rule, in creation (topological) order
+    base: tuple[DiffNode, ...]  # the base-table i-diffs (§5 instances)
+    by_node: Mapping[int, tuple[DiffNode, ...]]  # the i-diffs each operator outputs
+    root: int
+
+
+def base_query(schema: BaseSchema, catalog: Catalog) -> tuple[DiffSchema, exp.Select]:
+    """§5 instance generator: the effective changes of a table as one i-diff schema."""
+    table = catalog.table(schema.table)
+    key, nonkey = table.primary_key, table.non_key_columns
+    src = t(change_table(table.name), "g")
+    has_pre, has_post = c("__has_pre", "g"), c("__has_post", "g")
+    keys = [(k, c(k, "g")) for k in key]
+    if schema.kind == "ins":
+        q = select(keys + [(x, c(post_name(x), "g")) for x in nonkey], src,
+                   exp.and_(has_post, exp.Not(this=has_pre)))
+        return DiffSchema("ins", -1, key), q
+    pre = [(pre_name(x), c(pre_name(x), "g")) for x in nonkey]
+    if schema.kind == "del":
+        q = select(keys + pre, src, exp.and_(has_pre, exp.Not(this=has_post)))
+        return DiffSchema("del", -1, key, nonkey), q
+    changed = exp.or_(*[exp.NullSafeNEQ(this=c(pre_name(x), "g"), expression=c(post_name(x), "g"))
+                        for x in schema.cols])
+    q = select(keys + pre + [(post_name(x), c(post_name(x), "g")) for x in schema.cols], src,
+               exp.and_(has_pre, has_post, changed))
+    return DiffSchema("upd", -1, key, nonkey, schema.cols), q
+
+
+def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[BaseSchema],
+                catalog: Catalog) -> RuleDag:
+    nodes = {n.nid: n for n in A.walk(root)}
+    parent: dict[int, tuple[A.Node, int]] = {}
+    for n in nodes.values():
+        for i, ch in enumerate(n.children):
+            parent[ch.nid] = (n, i)
+    ctx = RuleContext(nodes, infos)
+    incoming: dict[int, list[tuple[int, DiffNode]]] = {nid: [] for nid in nodes}
+    base = []
+    for bs in schemas:
+        schema, q = base_query(bs, catalog)
+        d = ctx.base(schema, q, f"§5 instance generator: {schema.describe()} of {bs.table}"
+                     f" ({bs.reason})", bs.name)
+        base.append(d)
+        for s in A.scans(root):
+            if s.table == bs.table:
+                incoming[s.nid].append((0, d))
+    by_node: dict[int, tuple[DiffNode, ...]] = {}
+    for n in A.walk(root):
+        rule = rule_for(n)
+        outs: list[DiffNode] = []
+        if rule.propagate_all is not None:
+            if incoming[n.nid]:
+                outs = rule.propagate_all(ctx, n, incoming[n.nid])
+        else:
+            assert rule.propagate is not None
+            for idx, d in incoming[n.nid]:
+                outs += rule.propagate(ctx, n, idx, d)
+        by_node[n.nid] = tuple(o for o in outs if o.schema.nid == n.nid)
+        if n.nid in parent:
+            p, i = parent[n.nid]
+            incoming[p.nid] += [(i, o) for o in by_node[n.nid]]
+    return RuleDag(dict(ctx.diffs), tuple(base), by_node, root.nid)

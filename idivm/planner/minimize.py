@@ -1,0 +1,119 @@
+"""Pass 4: minimize the Δ-script under the i-diff constraints C1–C3 (Figure 8).
+
+Each rewrite is a small pure function; ``FETCH_REWRITES`` are tried in order on every
+Input ⋉_IDs Δ before it is read from the (base or cached) relation:
+
+- C1 (Δ+ ⊆ R):           R ⋉_I Δ+  → Δ+
+- C3 (Δu agrees with R):  R ⋉_I Δu  → π_{I, A''_post → A} Δu   when Δu carries every attribute
+- C2 (Δ- ∩ R = ∅):        R ⋉_I Δ-  → ∅                       for a base table's Δ-
+- pre-images:             R_pre ⋉_I Δ → π_{I, A'_pre → A} Δ    when Δ carries every pre-state
+
+After resolution, an i-diff read by exactly one other i-diff query is inlined into it (the
+composition of rules up to the next cache, §4), and i-diffs nobody reads are dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+
+from sqlglot import exp
+
+from idivm import algebra as A
+from idivm.planner.model import DiffNode, post_name, pre_name
+from idivm.planner.ruleapi import c, select, subquery, t
+from idivm.script import Apply, Compute, Statement
+
+FetchRewrite = Callable[[str, A.Node, DiffNode], "exp.Expression | None"]
+
+
+def c1_insert(which: str, node: A.Node, d: DiffNode) -> exp.Expression | None:
+    if which == "post" and d.schema.kind == "ins":
+        return select([(k, c(k, "z")) for k in node.columns], t(d.name, "z"))
+    return None
+
+
+def c3_full_update(which: str, node: A.Node, d: DiffNode) -> exp.Expression | None:
+    s = d.schema
+    if which == "post" and s.kind == "upd" and set(node.columns) <= set(s.ids) | set(s.post):
+        return select([(k, c(k if k in s.ids else post_name(k), "z")) for k in node.columns],
+                      t(d.name, "z"))
+    return None
+
+
+def c2_base_delete(which: str, node: A.Node, d: DiffNode) -> exp.Expression | None:
+    if which == "post" and d.schema.kind == "del" and isinstance(node, A.Scan):
+        return select([(k, c(k, "z")) for k in node.columns], t(d.name, "z"), exp.false())
+    return None
+
+
+def pre_images(which: str, node: A.Node, d: DiffNode) -> exp.Expression | None:
+    s = d.schema
+    if which == "pre" and s.kind in ("del", "upd") and set(node.columns) <= set(s.ids) | set(
+            s.pre):
+        return select([(k, c(k if k in s.ids else pre_name(k), "z")) for k in node.columns],
+                      t(d.name, "z"))
+    return None
+
+
+FETCH_REWRITES: tuple[FetchRewrite, ...] = (c1_insert, c3_full_update, c2_base_delete,
+                                            pre_images)
+
+
+def rewrite_fetch(nodes: Mapping[int, A.Node]) -> Callable[[str, int, DiffNode],
+                                                           exp.Expression | None]:
+    def go(which: str, nid: int, d: DiffNode) -> exp.Expression | None:
+        for rw in FETCH_REWRITES:
+            out = rw(which, nodes[nid], d)
+            if out is not None:
+                return out
+        return None
+
+    return go
+
+
+def _refs(stmt: Statement) -> list[str]:
+    if isinstance(stmt, Apply):
+        return [stmt.diff]
+    return [tb.name for tb in stmt.query.find_all(exp.Table)]
+
+
+def inline_single_use(stmts: Sequence[Statement]) -> list[Statement]:
+    """Compose an i-diff query into its only reader (no temporary relation for it)."""
+    out = list(stmts)
+    changed = True
+    while changed:
+        changed = False
+        uses = Counter(r for s in out for r in _refs(s))
+        readers = {r: i for i, s in enumerate(out) for r in _refs(s)}
+        for i, s in enumerate(out):
+            if not isinstance(s, Compute) or s.phase != "idiff" or uses[s.name] != 1:
+                continue
+            j = readers[s.name]
+            reader = out[j]
+            if not isinstance(reader, Compute) or reader.phase != "idiff":
+                continue
+
+            def sub(n: exp.Expression, s: Compute = s) -> exp.Expression:
+                if isinstance(n, exp.Table) and n.name == s.name:
+                    return subquery(s.query.copy(), n.alias or s.name)
+                return n
+
+            out[j] = Compute(reader.name, reader.query.transform(sub),
+                             f"{reader.comment}\n  ∘ {s.comment}", reader.phase)
+            del out[i]
+            changed = True
+            break
+    return out
+
+
+def drop_unread(stmts: Sequence[Statement]) -> list[Statement]:
+    """Remove i-diffs that no statement reads (e.g. rules whose output was not needed)."""
+    out = list(stmts)
+    while True:
+        uses = Counter(r for s in out for r in _refs(s))
+        keep = [s for s in out if not (isinstance(s, Compute) and s.phase in ("idiff", "instance")
+                                       and uses[s.name] == 0)]
+        if len(keep) == len(out):
+            return keep
+        out = keep

@@ -1,0 +1,258 @@
+"""What an operator's rule file (``rules/*.py``) is given and returns.
+
+A rule file defines ``RULE = OperatorRule(...)`` with the operator's ID-inference rule (Table 1)
+and its i-diff propagation rules (Tables 4–13). Non-blocking operators give ``propagate``, called
+once per input i-diff; blocking operators give ``propagate_all``, called once with every input
+i-diff (§4, "non-blocking and blocking operators").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from idivm import algebra as A
+from idivm.catalog import Catalog
+from idivm.planner.model import (
+    DiffNode,
+    DiffSchema,
+    Kind,
+    NodeInfo,
+    placeholder,
+    post_name,
+    pre_name,
+)
+
+InferFn = Callable[[A.Node, "Sequence[NodeInfo]", Catalog], "tuple[A.Node, NodeInfo]"]
+PropagateFn = Callable[["RuleContext", A.Node, int, DiffNode], "list[DiffNode]"]
+PropagateAllFn = Callable[["RuleContext", A.Node, "list[tuple[int, DiffNode]]"], "list[DiffNode]"]
+
+
+@dataclass(frozen=True)
+class OperatorRule:
+    op: type[A.Node]
+    paper: str  # where the rules come from, e.g. "Table 6"
+    infer: InferFn
+    propagate: PropagateFn | None = None
+    propagate_all: PropagateAllFn | None = None
+    conditions: Callable[[A.Node], set[str]] = field(default=lambda n: set())
+    # conditions(): the columns of the operator's condition (its C_op, §5)
+
+    @property
+    def blocking(self) -> bool:
+        return self.propagate_all is not None
+
+
+# -- functional dependencies ----------------------------------------------------------------
+
+
+def closure(attrs: Iterable[str], fds: Iterable[tuple[frozenset[str], frozenset[str]]],
+            equiv: Iterable[frozenset[str]]) -> set[str]:
+    out = set(attrs)
+    fds = list(fds) + [(frozenset((a,)), cls) for cls in equiv for a in cls]
+    changed = True
+    while changed:
+        changed = False
+        for lhs, rhs in fds:
+            if lhs <= out and not rhs <= out:
+                out |= rhs
+                changed = True
+    return out
+
+
+def minimize_key(cands: Sequence[str], fds: Iterable[tuple[frozenset[str], frozenset[str]]],
+                 equiv: Iterable[frozenset[str]]) -> tuple[str, ...]:
+    """Drop IDs determined by the remaining ones (so dependent attributes are not IDs)."""
+    fds, equiv = list(fds), list(equiv)
+    key = list(dict.fromkeys(cands))
+    for c in reversed(list(key)):
+        rest = [k for k in key if k != c]
+        if c in closure(rest, fds, equiv):
+            key = rest
+    return tuple(key)
+
+
+def merge_equiv(classes: Iterable[frozenset[str]], pairs: Iterable[tuple[str, str]]
+                ) -> tuple[frozenset[str], ...]:
+    groups = [set(c) for c in classes]
+    for a, b in pairs:
+        ga = next((g for g in groups if a in g), None)
+        gb = next((g for g in groups if b in g), None)
+        if ga is None and gb is None:
+            groups.append({a, b})
+        elif ga is None:
+            assert gb is not None
+            gb.add(a)
+        elif gb is None:
+            ga.add(b)
+        elif ga is not gb:
+            ga |= gb
+            groups.remove(gb)
+    return tuple(frozenset(g) for g in groups if len(g) > 1)
+
+
+# -- SQL builders (everything through sqlglot; identifiers always quoted) --------------------
+
+
+def c(name: str, alias: str | None = None) -> exp.Column:
+    return A.col(name, alias)
+
+
+def t(name: str, alias: str | None = None) -> exp.Table:
+    return exp.table_(exp.to_identifier(name, quoted=True),
+                      alias=exp.to_identifier(alias, quoted=True) if alias else None)
+
+
+def select(items: Sequence[tuple[str, exp.Expression]], from_: exp.Expression,
+           where: exp.Expression | None = None, distinct: bool = False) -> exp.Select:
+    q = exp.select(*[exp.alias_(e, exp.to_identifier(n, quoted=True)) for n, e in items])
+    q = q.from_(from_)
+    if where is not None:
+        q = q.where(where)
+    if distinct:
+        q = q.distinct()
+    return q
+
+
+def is_true(p: exp.Expression) -> exp.Expression:
+    """φ IS TRUE: a NULL condition counts as false, as in WHERE."""
+    return exp.Is(this=exp.paren(p), expression=exp.true())
+
+
+def not_true(p: exp.Expression) -> exp.Expression:
+    return exp.Not(this=is_true(p))
+
+
+def and_all(parts: Sequence[exp.Expression]) -> exp.Expression:
+    out = A.conjoin(list(parts))
+    return out if out is not None else exp.true()
+
+
+def match(pairs: Sequence[tuple[str, str]], left: str, right: str,
+          nullable: Mapping[str, bool] | None = None) -> exp.Expression:
+    """left.a = right.b for each pair (null-safe where the left column may be NULL)."""
+    parts: list[exp.Expression] = []
+    for a, b in pairs:
+        la, rb = c(a, left), c(b, right)
+        if nullable and nullable.get(a, False):
+            parts.append(exp.paren(exp.or_(exp.EQ(this=la, expression=rb), exp.and_(
+                exp.Is(this=la.copy(), expression=exp.null()),
+                exp.Is(this=rb.copy(), expression=exp.null())))))
+        else:
+            parts.append(exp.EQ(this=la, expression=rb))
+    return and_all(parts)
+
+
+def exists(from_: exp.Expression, where: exp.Expression) -> exp.Exists:
+    return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(from_).where(where))
+
+
+def union_all(queries: Sequence[exp.Select]) -> exp.Expression:
+    out: exp.Expression = queries[0]
+    for q in queries[1:]:
+        out = exp.union(out, q, distinct=False)
+    return out
+
+
+def subquery(q: exp.Expression, alias: str) -> exp.Subquery:
+    return exp.Subquery(this=q, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+
+
+# -- the rule context -----------------------------------------------------------------------
+
+
+class RuleContext:
+    """What rule instantiation (pass 2) gives a rule: annotations and diff construction."""
+
+    def __init__(self, nodes: Mapping[int, A.Node], infos: Mapping[int, NodeInfo]) -> None:
+        self.nodes = nodes
+        self.infos = infos
+        self.diffs: dict[str, DiffNode] = {}
+        self._n = 0
+
+    def cols(self, nid: int) -> tuple[str, ...]:
+        return self.nodes[nid].columns
+
+    def info(self, nid: int) -> NodeInfo:
+        return self.infos[nid]
+
+    def emit(self, kind: Kind, nid: int, ids: Sequence[str], query: exp.Select, rule: str,
+             inputs: Sequence[DiffNode], pre: Sequence[str] = (), post: Sequence[str] = ()
+             ) -> DiffNode:
+        self._n += 1
+        schema = DiffSchema(kind, nid, tuple(ids), tuple(pre), tuple(post))
+        source = inputs[0].source if inputs else ""
+        d = DiffNode(f"d{self._n}", schema, query, rule, tuple(i.name for i in inputs), source)
+        self.diffs[d.name] = d
+        return d
+
+    def base(self, schema: DiffSchema, query: exp.Select, rule: str, source: str) -> DiffNode:
+        self._n += 1
+        d = DiffNode(f"d{self._n}", schema, query, rule, (), source)
+        self.diffs[d.name] = d
+        return d
+
+    # relations
+    def rel(self, d: DiffNode, alias: str) -> exp.Table:
+        return t(d.name, alias)
+
+    def state(self, which: str, nid: int, alias: str) -> exp.Table:
+        """Input_pre / Input_post (``which`` = "pre" / "post") or Output ("output")."""
+        return t(placeholder(which, nid), alias)
+
+    def fetch(self, which: str, nid: int, d: DiffNode, alias: str) -> exp.Table:
+        """Input_{pre|post} ⋉_IDs Δ: the rows of operator ``nid`` that ``d`` names."""
+        return t(placeholder(f"fetch__{which}", nid, d.name), alias)
+
+    # values of an input diff's row
+    @staticmethod
+    def pre_val(d: DiffNode, col: str, alias: str) -> exp.Expression | None:
+        s = d.schema
+        if col in s.ids:
+            return c(col, alias)
+        if s.kind == "ins":
+            return None
+        if col in s.pre:
+            return c(pre_name(col), alias)
+        return None
+
+    @staticmethod
+    def post_val(d: DiffNode, col: str, alias: str) -> exp.Expression | None:
+        s = d.schema
+        if s.kind == "ins":
+            return c(col, alias)
+        if col in s.ids:
+            return c(col, alias)
+        if s.kind == "upd" and col in s.post:
+            return c(post_name(col), alias)
+        return None
+
+    def bind(self, pred: exp.Expression, values: Mapping[str, exp.Expression | None]
+             ) -> exp.Expression | None:
+        """φ with each column replaced by its value; None when some value is unknown."""
+        needed = A.referenced(pred)
+        if any(values.get(n) is None for n in needed):
+            return None
+        return A.rename_columns(pred, {n: v for n, v in values.items() if v is not None})
+
+    def pre_values(self, d: DiffNode, alias: str) -> dict[str, exp.Expression | None]:
+        return {x: self.pre_val(d, x, alias) for x in self.cols(d.schema.nid)}
+
+    def post_values(self, d: DiffNode, alias: str) -> dict[str, exp.Expression | None]:
+        return {x: self.post_val(d, x, alias) for x in self.cols(d.schema.nid)}
+
+    def passthrough(self, d: DiffNode, nid: int, rule: str, alias: str = "i") -> DiffNode:
+        """The input i-diff unchanged, as an i-diff of operator ``nid`` (same column names)."""
+        s = d.schema
+        cols = s.columns(self.cols(s.nid)) if s.kind != "ins" else self.cols(nid)
+        q = select([(x, c(x, alias)) for x in cols], self.rel(d, alias))
+        return self.emit(s.kind, nid, s.ids, q, rule, [d], s.pre, s.post)
+
+    def ids_only_delete(self, d: DiffNode, nid: int, rule: str, ids: Sequence[str] | None = None,
+                        alias: str = "i", where: exp.Expression | None = None) -> DiffNode:
+        """Δ-(I') naming every row the input diff names (an overestimate, fixed by a Δ+)."""
+        key = tuple(ids if ids is not None else d.schema.ids)
+        q = select([(x, c(x, alias)) for x in key], self.rel(d, alias), where, distinct=True)
+        return self.emit("del", nid, key, q, rule, [d])

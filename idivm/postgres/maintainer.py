@@ -1,0 +1,290 @@
+"""PostgreSQL backend: materialize views and caches, log changes, run Δ-scripts.
+
+Layout: base tables and the user-facing view live in the user's schema; idivm's own relations
+(the view's stored table with its hidden ID columns, caches, change logs, the registry) live in
+the companion schema ``"<schema>__idivm"``. Every Δ-script runs in one transaction with
+``search_path`` set to the companion schema then the user's schema, so the plan's unqualified
+names resolve.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from sqlglot import exp
+
+from idivm.catalog import Catalog
+from idivm.errors import BackendError, IdivmError, MaintenanceError
+from idivm.plan import Plan, plan
+from idivm.planner.model import change_table
+from idivm.postgres import changelog
+from idivm.script import Apply, Compute, to_sql
+
+REGISTRY = "views"
+
+
+def q(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql("postgres")
+
+
+def qq(schema: str, name: str) -> str:
+    return f"{q(schema)}.{q(name)}"
+
+
+@dataclass
+class MaintenanceStats:
+    """What one ``maintain`` did: rows per i-diff, time per statement."""
+
+    view: str
+    changes: dict[str, int] = field(default_factory=dict)  # base table → effective changes
+    idiff_rows: dict[str, int] = field(default_factory=dict)  # temp relation → rows
+    applied_rows: dict[str, int] = field(default_factory=dict)  # "kind diff→target" → rows
+    statement_seconds: list[tuple[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"view": self.view, "changes": self.changes, "idiff_rows": self.idiff_rows,
+                "applied_rows": self.applied_rows, "seconds": self.seconds,
+                "statement_seconds": self.statement_seconds}
+
+
+class PostgresMaintainer:
+    """Deferred ID-based maintenance of materialized views on one PostgreSQL schema."""
+
+    def __init__(self, dsn: str, schema: str | None = None) -> None:
+        self.dsn = dsn
+        try:
+            self.conn = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
+        except psycopg.Error as e:
+            raise BackendError(f"cannot connect to PostgreSQL with DSN {_redact(dsn)!r}: "
+                               f"{str(e).strip()}") from e
+        if schema is None:
+            row = self.conn.execute("SELECT current_schema()").fetchone()
+            schema = str(row[0]) if row and row[0] else "public"
+        self.conn.rollback()
+        self.schema = schema
+        self.companion = changelog.companion_schema(schema)
+        self._plans: dict[str, Plan] = {}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> PostgresMaintainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def catalog(self) -> Catalog:
+        return Catalog.reflect(self.dsn, schema=self.schema)
+
+    def _search_path(self) -> None:
+        self.conn.execute(f"SET LOCAL search_path = {q(self.companion)}, {q(self.schema)}")
+
+    def _registry(self) -> None:
+        self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.companion)}")
+        self.conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {qq(self.companion, REGISTRY)} (name text PRIMARY KEY,"
+            " sql text NOT NULL, changes jsonb, created timestamptz NOT NULL DEFAULT now(),"
+            " last_maintained timestamptz, runs bigint NOT NULL DEFAULT 0)")
+
+    def _entry(self, name: str) -> tuple[str, dict[str, list[str]] | None]:
+        row = None
+        exists = self.conn.execute("SELECT to_regclass(%s)", (qq(self.companion, REGISTRY),)
+                                   ).fetchone()
+        if exists and exists[0]:
+            row = self.conn.execute(
+                f"SELECT sql, changes FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
+                (name,)).fetchone()
+        if row is None:
+            raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}")
+        return str(row[0]), row[1]
+
+    def plan_of(self, name: str) -> Plan:
+        if name not in self._plans:
+            sql, changes = self._entry(name)
+            self._plans[name] = plan(sql, self.catalog(), name=name, changes=changes)
+        return self._plans[name]
+
+    # -- API ---------------------------------------------------------------------------------
+    def create_view(self, name: str, view_sql: str,
+                    changes: Mapping[str, Sequence[str]] | None = None,
+                    catalog: Catalog | None = None) -> Plan:
+        """Materialize the view and its caches and start logging its base tables.
+
+        Unsupported SQL raises before anything is created; any failure rolls back.
+        """
+        p = plan(view_sql, catalog or self.catalog(), name=name, changes=changes)
+        try:
+            with self.conn.transaction():
+                self._registry()
+                taken = self.conn.execute("SELECT to_regclass(%s)", (qq(self.schema, name),)
+                                          ).fetchone()
+                if taken and taken[0]:
+                    raise BackendError(f"{self.schema}.{name} already exists")
+                self._search_path()
+                for t in p.tables:
+                    self.conn.execute(f"LOCK TABLE {qq(self.schema, t)} IN SHARE MODE")
+                for m, query in p.materialize_queries():
+                    self.conn.execute(f"CREATE TABLE {qq(self.companion, m.name)} AS "
+                                      f"{query.sql('postgres')}")
+                    self._indexes(p, m.name, m.key, m.nullable)
+                for t in p.tables:
+                    changelog.install(self.conn, self.schema, p.catalog.table(t), name)
+                cols = ", ".join(q(c) for c in p.columns)
+                self.conn.execute(f"CREATE VIEW {qq(self.schema, name)} AS SELECT {cols} FROM "
+                                  f"{qq(self.companion, p.store.name)}")
+                self.conn.execute(
+                    f"INSERT INTO {qq(self.companion, REGISTRY)} (name, sql, changes) "
+                    "VALUES (%s, %s, %s)",
+                    (name, view_sql, json.dumps(dict(changes)) if changes else None))
+        except psycopg.Error as e:
+            raise BackendError(f"create_view {name!r} failed and was rolled back: "
+                               f"{str(e).strip()}") from e
+        self._plans[name] = p
+        return p
+
+    def _indexes(self, p: Plan, table: str, key: Sequence[str], nullable: frozenset[str]
+                 ) -> None:
+        """A unique index on the IDs, and an index per i-diff ID set the Δ-script matches on."""
+        if key:
+            nd = " NULLS NOT DISTINCT" if nullable else ""
+            self.conn.execute(f"CREATE UNIQUE INDEX ON {qq(self.companion, table)} "
+                              f"({', '.join(q(k) for k in key)}){nd}")
+        seen = {tuple(key)}
+        for s in p.statements:
+            if isinstance(s, Apply) and s.target == table and tuple(s.ids) not in seen:
+                seen.add(tuple(s.ids))
+                self.conn.execute(f"CREATE INDEX ON {qq(self.companion, table)} "
+                                  f"({', '.join(q(k) for k in s.ids)})")
+
+    def maintain(self, name: str) -> MaintenanceStats:
+        """Fold the log since this view's last run into effective i-diffs, run the Δ-script in
+        one transaction, and move the watermark. A failure rolls everything back."""
+        p = self.plan_of(name)
+        stats = MaintenanceStats(name)
+        start = time.perf_counter()
+        try:
+            with self.conn.transaction():
+                self._search_path()
+                for t in p.tables:
+                    self.conn.execute(f"LOCK TABLE {qq(self.schema, t)} IN SHARE MODE")
+                marks = {}
+                for t in p.tables:
+                    table = p.catalog.table(t)
+                    _, upto = changelog.fold_into_temp(self.conn, self.schema, table, name,
+                                                       change_table(t))
+                    marks[t] = upto
+                    row = self.conn.execute(f"SELECT count(*) FROM {q(change_table(t))}"
+                                            ).fetchone()
+                    stats.changes[t] = int(row[0]) if row else 0
+                self._check_declared(p, stats)
+                for s in p.statements:
+                    sql = to_sql(s, "postgres")
+                    t0 = time.perf_counter()
+                    cur = self.conn.execute(sql)
+                    dt = time.perf_counter() - t0
+                    if isinstance(s, Compute):
+                        stats.idiff_rows[s.name] = cur.rowcount
+                        stats.statement_seconds.append((s.name, dt))
+                    else:
+                        key = f"{s.kind} {s.diff}→{s.target}"
+                        stats.applied_rows[key] = cur.rowcount
+                        stats.statement_seconds.append((key, dt))
+                for s in p.statements:
+                    if isinstance(s, Compute):
+                        self.conn.execute(f"DROP TABLE IF EXISTS pg_temp.{q(s.name)}")
+                for t, upto in marks.items():
+                    changelog.set_watermark(self.conn, self.schema, t, name, upto)
+                    changelog.prune(self.conn, self.schema, t)
+                self.conn.execute(
+                    f"UPDATE {qq(self.companion, REGISTRY)} SET last_maintained = now(), "
+                    "runs = runs + 1 WHERE name = %s", (name,))
+        except psycopg.Error as e:
+            raise MaintenanceError(f"maintenance of {name!r} failed and was rolled back "
+                                   f"(re-run it): {str(e).strip()}") from e
+        stats.seconds = time.perf_counter() - start
+        return stats
+
+    def _check_declared(self, p: Plan, stats: MaintenanceStats) -> None:
+        """Changes outside the plan's declared modification types would be silently lost."""
+        declared: dict[str, set[str]] = {}
+        for s in p.idiff_schemas:
+            declared.setdefault(s.table, set()).add(s.kind)
+        for t, n in stats.changes.items():
+            if n == 0:
+                continue
+            kinds = declared.get(t, set())
+            g = q(change_table(t))
+            checks = {"ins": "__has_post AND NOT __has_pre",
+                      "del": "__has_pre AND NOT __has_post"}
+            for kind, cond in checks.items():
+                if kind in kinds:
+                    continue
+                row = self.conn.execute(f"SELECT count(*) FROM {g} WHERE {cond}").fetchone()
+                if row and row[0]:
+                    raise IdivmError(
+                        f"{row[0]} {'insert' if kind == 'ins' else 'delete'}(s) on {t}, but the "
+                        f"view {p.name} was planned without them (changes=...)")
+            cols = {c for s in p.idiff_schemas if s.table == t for c in s.cols}
+            table = p.catalog.table(t)
+            undeclared = [c for c in table.non_key_columns if c not in cols and p.uses(t, c)]
+            for c in undeclared:
+                row = self.conn.execute(
+                    f"SELECT count(*) FROM {g} WHERE __has_pre AND __has_post AND "
+                    f"{q(c + '__pre')} IS DISTINCT FROM {q(c + '__post')}").fetchone()
+                if row and row[0]:
+                    raise IdivmError(f"{row[0]} update(s) of {t}.{c}, but the view {p.name} "
+                                     "was planned without them (changes=...)")
+
+    def drop_view(self, name: str) -> None:
+        """Remove the view, its stored table, caches, logging and registry entry."""
+        p = self.plan_of(name)
+        try:
+            with self.conn.transaction():
+                self.conn.execute(f"DROP VIEW IF EXISTS {qq(self.schema, name)}")
+                for m in p.materialized:
+                    self.conn.execute(f"DROP TABLE IF EXISTS {qq(self.companion, m.name)}")
+                for t in p.tables:
+                    changelog.uninstall(self.conn, self.schema, t, name)
+                self.conn.execute(f"DELETE FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
+                                  (name,))
+        except psycopg.Error as e:
+            raise BackendError(f"drop_view {name!r} failed: {str(e).strip()}") from e
+        self._plans.pop(name, None)
+
+    def status(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Registered views, when they were last maintained and how many changes wait."""
+        with self.conn.transaction():
+            exists = self.conn.execute("SELECT to_regclass(%s)", (qq(self.companion, REGISTRY),)
+                                       ).fetchone()
+            if not exists or not exists[0]:
+                return []
+            rows = self.conn.execute(
+                f"SELECT name, created, last_maintained, runs FROM "
+                f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
+            out = []
+            for vname, created, last, runs in rows:
+                if name is not None and vname != name:
+                    continue
+                p = self.plan_of(vname)
+                pending = {t: changelog.max_seq(self.conn, self.schema, t)
+                           - changelog.watermark(self.conn, self.schema, t, vname)
+                           for t in p.tables}
+                out.append({"view": vname, "created": str(created), "last_maintained":
+                            str(last) if last else None, "runs": runs,
+                            "pending_log_rows": pending})
+        return out
+
+
+def _redact(dsn: str) -> str:
+    import re
+
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***",
+                                                             dsn))

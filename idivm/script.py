@@ -1,0 +1,120 @@
+"""The Δ-script: i-diff queries, snapshots and APPLY statements (§2), and their SQL per dialect.
+
+This is the only place statement text is produced, always through sqlglot's generator. One
+abstract APPLY becomes PostgreSQL's UPDATE … FROM / INSERT … ON CONFLICT / DELETE, or Spark
+SQL's MERGE INTO, from the same expression trees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlglot import exp
+
+from idivm.planner.model import Kind, post_name, pre_name
+from idivm.planner.ruleapi import c, exists, match, select, t
+
+Dialect = Literal["postgres", "spark"]
+
+
+@dataclass(frozen=True)
+class Compute:
+    """CREATE a temporary relation ``name`` from ``query`` (an i-diff or a snapshot)."""
+
+    name: str
+    query: exp.Expression
+    comment: str
+    phase: str  # "instance", "idiff", "snapshot"
+
+
+@dataclass(frozen=True)
+class Apply:
+    """APPLY Δ to a cache or the view, by the i-diff's IDs (§2)."""
+
+    kind: Kind
+    target: str
+    diff: str
+    ids: tuple[str, ...]  # the i-diff's ID columns (match the target's same-named columns)
+    columns: tuple[str, ...]  # insert: every target column; update: the columns set
+    key: tuple[str, ...]  # the target's IDs (the conflict target of an insert)
+    nullable: frozenset[str]  # ID columns that may be NULL (matched null-safely)
+    comment: str
+    phase: str = "apply"
+
+
+Statement = Compute | Apply
+
+
+def render(stmt: Statement, dialect: Dialect) -> exp.Expression:
+    if isinstance(stmt, Compute):
+        kind = "TABLE" if dialect == "postgres" else "VIEW"
+        props = exp.Properties(expressions=[exp.TemporaryProperty()])
+        return exp.Create(this=t(stmt.name), kind=kind, expression=stmt.query.copy(),
+                          properties=props, replace=dialect == "spark")
+    nulls = {k: True for k in stmt.nullable}
+    pairs = [(k, k) for k in stmt.ids]
+    if dialect == "spark":
+        return _merge(stmt, pairs, nulls)
+    if stmt.kind == "del":
+        return exp.delete(t(stmt.target, "v"), where=exists(t(stmt.diff, "d"),
+                                                             match(pairs, "v", "d", nulls)))
+    if stmt.kind == "upd":
+        return exp.Update(
+            this=t(stmt.target, "v"),
+            expressions=[exp.EQ(this=c(k), expression=c(post_name(k), "d"))
+                         for k in stmt.columns],
+            from_=exp.From(this=t(stmt.diff, "d")),
+            where=exp.Where(this=match(pairs, "v", "d", nulls)))
+    rest = [k for k in stmt.columns if k not in stmt.key]
+    action = exp.var("DO UPDATE") if rest else exp.var("DO NOTHING")
+    conflict = exp.OnConflict(
+        conflict_keys=[exp.to_identifier(k, quoted=True) for k in stmt.key],
+        action=action,
+        expressions=[exp.EQ(this=c(k), expression=c(k, "excluded")) for k in rest] or None)
+    return exp.Insert(
+        this=exp.Schema(this=t(stmt.target),
+                        expressions=[exp.to_identifier(k, quoted=True) for k in stmt.columns]),
+        expression=select([(k, c(k, "d")) for k in stmt.columns], t(stmt.diff, "d"),
+                          distinct=True),
+        conflict=conflict)
+
+
+def _merge(stmt: Apply, pairs: Sequence[tuple[str, str]], nulls: dict[str, bool]) -> exp.Merge:
+    """Spark SQL: every APPLY is a MERGE INTO (on table formats that support it)."""
+    if stmt.kind == "ins":
+        pairs = [(k, k) for k in stmt.key]
+        using: exp.Expression = exp.Subquery(
+            this=select([(k, c(k)) for k in stmt.columns], t(stmt.diff), distinct=True),
+            alias=exp.TableAlias(this=exp.to_identifier("d", quoted=True)))
+    else:
+        using = t(stmt.diff, "d")
+    on = match(pairs, "v", "d", nulls)
+    whens: list[exp.When] = []
+    if stmt.kind == "del":
+        whens.append(exp.When(matched=True, then=exp.var("DELETE")))
+    elif stmt.kind == "upd":
+        whens.append(exp.When(matched=True, then=exp.Update(expressions=[
+            exp.EQ(this=c(k, "v"), expression=c(post_name(k), "d")) for k in stmt.columns])))
+    else:
+        rest = [k for k in stmt.columns if k not in stmt.key]
+        if rest:
+            whens.append(exp.When(matched=True, then=exp.Update(expressions=[
+                exp.EQ(this=c(k, "v"), expression=c(k, "d")) for k in rest])))
+        whens.append(exp.When(matched=False, then=exp.Insert(
+            this=exp.Tuple(expressions=[c(k) for k in stmt.columns]),
+            expression=exp.Tuple(expressions=[c(k, "d") for k in stmt.columns]))))
+    return exp.Merge(this=t(stmt.target, "v"), using=using, on=on,
+                     whens=exp.Whens(expressions=whens))
+
+
+def to_sql(stmt: Statement, dialect: Dialect, pretty: bool = False) -> str:
+    return render(stmt, dialect).sql(dialect=dialect, pretty=pretty)
+
+
+def comment(stmt: Statement) -> str:
+    return stmt.comment
+
+
+__all__ = ["Apply", "Compute", "Statement", "render", "to_sql", "pre_name"]

@@ -1,0 +1,76 @@
+"""Inner θ-join ⋈_φ and cross product ×: Table 1 (ID(l) ∪ ID(r)), Tables 4 and 10."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from idivm import algebra as A
+from idivm.catalog import Catalog
+from idivm.planner.model import DiffNode, NodeInfo
+from idivm.planner.ruleapi import (
+    OperatorRule,
+    RuleContext,
+    and_all,
+    c,
+    closure,
+    merge_equiv,
+    minimize_key,
+    select,
+)
+
+
+def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
+    assert isinstance(node, A.Join)
+    li, ri = infos
+    equiv = merge_equiv(li.equiv + ri.equiv, A.equalities(node.predicate))
+    fds = li.fds + ri.fds
+    # many-to-one when one side's columns determine the other side's key (FK-style joins)
+    l_det = ri.ids and set(ri.ids) <= closure(node.left.columns, fds, equiv)
+    r_det = li.ids and set(li.ids) <= closure(node.right.columns, fds, equiv)
+    many_to_many = not (l_det or r_det)
+    return node, NodeInfo(
+        ids=minimize_key(li.ids + ri.ids, fds, equiv),
+        scan_ids={**li.scan_ids, **ri.scan_ids},
+        equiv=equiv,
+        fds=fds,
+        lineage={**li.lineage, **ri.lineage},
+        nullable={**li.nullable, **ri.nullable},
+        carry=tuple(dict.fromkeys(li.carry + ri.carry)),
+        multivalued=li.multivalued or ri.multivalued or bool(many_to_many),
+        types={**li.types, **ri.types},
+    )
+
+
+def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
+    assert isinstance(node, A.Join)
+    s, nid = d.schema, node.nid
+    side, other = node.children[idx], node.children[1 - idx]
+    sym = "l" if idx == 0 else "r"
+    if s.kind == "ins":
+        return [ctx.emit("ins", nid, ctx.info(nid).ids, _join_other(ctx, node, idx, d, "i"),
+                         f"Table 10 ⋈: Δ+_{sym} ⋈_φ Input_other_post", [d])]
+    if s.kind == "del":
+        return [ctx.passthrough(d, nid, f"Table 10 ⋈: Δ-_{sym} passes (by the IDs of {sym})")]
+    x_side = A.referenced(node.predicate) & set(side.columns)
+    if not x_side & set(s.post):
+        return [ctx.passthrough(d, nid, f"Table 10 ⋈: Δu_{sym} on non-join attributes passes")]
+    dele = ctx.ids_only_delete(d, nid, f"Table 10 ⋈: Δu_{sym} on join attributes → Δ- by IDs")
+    ins = ctx.emit("ins", nid, ctx.info(nid).ids, _join_other(ctx, node, idx, d, "f", fetch=True),
+                   f"Table 10 ⋈: Δ+ = (Input_{sym}_post ⋉_I Δu) ⋈_φ Input_other_post", [d])
+    return [dele, ins]
+
+
+def _join_other(ctx: RuleContext, node: A.Join, idx: int, d: DiffNode, alias: str,
+                fetch: bool = False) -> A.exp.Select:
+    side, other = node.children[idx], node.children[1 - idx]
+    src = ctx.fetch("post", side.nid, d, alias) if fetch else ctx.rel(d, alias)
+    q = select([(k, c(k, alias if k in side.columns else "o")) for k in node.columns], src)
+    on = A.rename_columns(node.predicate, {k: c(k, alias) for k in side.columns} | {
+        k: c(k, "o") for k in other.columns}) if node.predicate is not None else None
+    return q.join(ctx.state("post", other.nid, "o"), on=and_all([on]) if on is not None else None,
+                  join_type="cross" if on is None else None)
+
+
+RULE = OperatorRule(op=A.Join, paper="Tables 4, 10", infer=infer, propagate=propagate,
+                    conditions=lambda n: A.referenced(n.predicate)  # type: ignore[attr-defined]
+                    )

@@ -1,0 +1,139 @@
+"""Generalized projection π_{D, f(X)→c}: Table 1 (IDs of the input, added when projected away)
+and Table 8 (i-diff rules)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+from idivm import algebra as A
+from idivm.catalog import Catalog
+from idivm.planner.model import DiffNode, NodeInfo, post_name, pre_name
+from idivm.planner.ruleapi import OperatorRule, RuleContext, c, minimize_key, select
+
+
+def _simplify(e: exp.Expression, ci: NodeInfo) -> exp.Expression:
+    """COALESCE(a, b) over columns equated by an inner join is just a (NATURAL JOIN, USING)."""
+    if isinstance(e, exp.Coalesce):
+        args = [e.this, *e.expressions]
+        if all(isinstance(a, exp.Column) for a in args) and all(
+                ci.same(args[0].name, a.name) for a in args):
+            return args[0].copy()
+    return e
+
+
+def out_map(node: A.Project, ci: NodeInfo) -> dict[str, str]:
+    """Input column → an output column holding its value (directly or through an equality)."""
+    direct = node.passthrough()
+    out: dict[str, str] = {}
+    for x in set(ci.lineage) | set(ci.nullable):
+        if x in direct:
+            out[x] = direct[x]
+            continue
+        for y, name in direct.items():
+            if ci.same(x, y):
+                out[x] = name
+                break
+    return out
+
+
+def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
+    assert isinstance(node, A.Project)
+    ci = infos[0]
+    exprs = [(n, _simplify(e, ci)) for n, e in node.exprs]
+    names = {n for n, _ in exprs}
+    hidden = set(node.hidden)
+    for x in ci.carry:  # Table 1: the projection keeps the IDs of its input
+        have = [e.name for _, e in exprs if isinstance(e, exp.Column)]
+        if any(ci.same(x, h) for h in have):
+            continue
+        name = f"__id_{x}"
+        while name in names:
+            name += "_"
+        names.add(name)
+        hidden.add(name)
+        exprs.append((name, A.col(x)))
+    node = dataclasses.replace(node, exprs=tuple(exprs), hidden=frozenset(hidden))
+    m = out_map(node, ci)
+    classes: dict[frozenset[str], set[str]] = {}
+    for n, e in exprs:
+        if isinstance(e, exp.Column):
+            classes.setdefault(ci.klass(e.name), set()).add(n)
+    equiv = tuple(frozenset(v) for v in classes.values() if len(v) > 1)
+    fds: list[tuple[frozenset[str], frozenset[str]]] = []
+    for lhs, rhs in ci.fds:
+        if all(x in m for x in lhs):
+            fds.append((frozenset(m[x] for x in lhs), frozenset(m[x] for x in rhs if x in m)))
+    for n, e in exprs:
+        refs = A.referenced(e)
+        if not isinstance(e, exp.Column) and all(x in m for x in refs):
+            fds.append((frozenset(m[x] for x in refs), frozenset((n,))))
+    lineage = {n: frozenset().union(*[ci.lineage.get(x, frozenset()) for x in A.referenced(e)])
+               for n, e in exprs}
+    nullable = {n: ci.nullable.get(e.name, True) if isinstance(e, exp.Column) else True
+                for n, e in exprs}
+    types = {n: ci.types.get(e.name) if isinstance(e, exp.Column) else None for n, e in exprs}
+    ids = tuple(m[x] for x in ci.ids)
+    return node, NodeInfo(
+        ids=minimize_key(ids, fds, equiv),
+        scan_ids={k: tuple(m[x] for x in v) for k, v in ci.scan_ids.items()},
+        equiv=equiv,
+        fds=tuple(fds),
+        lineage=lineage,
+        nullable=nullable,
+        carry=tuple(dict.fromkeys(m[x] for x in ci.carry)),
+        multivalued=ci.multivalued,
+        types=types,
+    )
+
+
+def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
+    assert isinstance(node, A.Project)
+    s, nid = d.schema, node.nid
+    ci = ctx.info(node.child.nid)
+    m = out_map(node, ci)
+    ids = tuple(m[x] for x in s.ids)
+    id_outputs = set(ids)
+    if s.kind == "ins":
+        vals = ctx.post_values(d, "i")
+        q = select([(n, _bound(ctx, e, vals)) for n, e in node.exprs], ctx.rel(d, "i"))
+        return [ctx.emit("ins", nid, ctx.info(nid).ids, q, "Table 8 π: Δ+ → π_{D,f(X)} Δ+", [d])]
+    pre_vals = ctx.pre_values(d, "i")
+    pre = [(n, e) for n, e in node.exprs
+           if n not in id_outputs and ctx.bind(e, pre_vals) is not None]
+    items = [(n, c(x, "i")) for x, n in zip(s.ids, ids, strict=True)]
+    items += [(pre_name(n), _bound(ctx, e, pre_vals)) for n, e in pre]
+    if s.kind == "del":
+        q = select(items, ctx.rel(d, "i"))
+        return [ctx.emit("del", nid, ids, q, "Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-", [d],
+                         [n for n, _ in pre])]
+    changed = [(n, e) for n, e in node.exprs
+               if n not in id_outputs and A.referenced(e) & set(s.post)]
+    if not changed:
+        return []  # no projected attribute depends on the update: not triggered
+    post_vals = ctx.post_values(d, "i")
+    if all(ctx.bind(e, post_vals) is not None for _, e in changed):
+        items += [(post_name(n), _bound(ctx, e, post_vals)) for n, e in changed]
+        q = select(items, ctx.rel(d, "i"))
+        return [ctx.emit("upd", nid, ids, q, "Table 8 π: Δu → π_{D', f(X)} Δu", [d],
+                         [n for n, _ in pre], [n for n, _ in changed])]
+    # f needs attributes the i-diff lacks: read them from Input_post, by the input's full IDs
+    full = tuple(m[x] for x in ci.ids)
+    fvals = {k: c(k, "f") for k in ctx.cols(node.child.nid)}
+    items = [(n, c(x, "f")) for x, n in zip(ci.ids, full, strict=True)]
+    items += [(post_name(n), _bound(ctx, e, fvals)) for n, e in changed if n not in full]
+    q = select(items, ctx.fetch("post", node.child.nid, d, "f"))
+    return [ctx.emit("upd", nid, full, q, "Table 8 π: Δu → π_{D', f(X)}(Input_post ⋉_I Δu)",
+                     [d], (), [n for n, _ in changed if n not in full])]
+
+
+def _bound(ctx: RuleContext, e: exp.Expression, vals: dict[str, exp.Expression | None]
+           ) -> exp.Expression:
+    b = ctx.bind(e, vals)
+    assert b is not None
+    return b
+
+
+RULE = OperatorRule(op=A.Project, paper="Table 8", infer=infer, propagate=propagate)

@@ -1,0 +1,124 @@
+"""Semijoin l ⋉_φ r (EXISTS, IN): Table 1 (ID(l)); i-diff rules mirroring Table 13."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+from idivm import algebra as A
+from idivm.catalog import Catalog
+from idivm.planner.model import DiffNode, NodeInfo
+from idivm.planner.ruleapi import OperatorRule, RuleContext, c, exists, select
+
+
+def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
+    li, ri = infos
+    return node, dataclasses.replace(li, multivalued=li.multivalued)
+
+
+def probe(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, left_alias: str,
+          right: exp.Expression, right_vals: dict[str, exp.Expression | None]) -> exp.Exists:
+    """EXISTS (SELECT 1 FROM right WHERE φ(left, right))."""
+    vals: dict[str, exp.Expression | None] = {k: c(k, left_alias) for k in node.left.columns}
+    vals.update({k: right_vals.get(k) for k in node.right.columns})
+    bound = ctx.bind(node.predicate, vals)
+    assert bound is not None
+    return exists(right, bound)
+
+
+def right_state(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, alias: str
+                ) -> tuple[exp.Expression, dict[str, exp.Expression | None]]:
+    return ctx.state("post", node.right.nid, alias), {k: c(k, alias) for k in node.right.columns}
+
+
+def right_rows(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode, which: str,
+               alias: str) -> tuple[exp.Expression, dict[str, exp.Expression | None]]:
+    """The pre- or post-state rows of r that ``d`` names, from the i-diff when it has φ's
+    attributes, else from Input_r (Input_pre ⋉ Δ / Input_post ⋉ Δ)."""
+    y = A.referenced(node.predicate) & set(node.right.columns)
+    vals = ctx.pre_values(d, alias) if which == "pre" else ctx.post_values(d, alias)
+    if all(vals.get(k) is not None for k in y):
+        return ctx.rel(d, alias), vals
+    return (ctx.fetch(which, node.right.nid, d, alias),
+            {k: c(k, alias) for k in node.right.columns})
+
+
+def left_side(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode, negate: bool,
+              name: str) -> list[DiffNode]:
+    """Changes of l: Δ+ and conditional Δu re-probe r_post; Δ- and other Δu pass (Table 13)."""
+    s, nid = d.schema, node.nid
+    rv = right_state(ctx, node, "o")
+    if s.kind == "del":
+        return [ctx.passthrough(d, nid, f"Table 13 {name}: Δ-_l passes")]
+    if s.kind == "upd":
+        x = A.referenced(node.predicate) & set(node.left.columns)
+        if not x & set(s.post):
+            return [ctx.passthrough(d, nid, f"Table 13 {name}: Δu_l on non-conditional "
+                                    "attributes passes")]
+    src = ctx.rel(d, "i") if s.kind == "ins" else ctx.fetch("post", node.left.nid, d, "i")
+    cond: exp.Expression = probe(ctx, node, "i", *rv)
+    if negate:
+        cond = exp.Not(this=cond)
+    q = select([(k, c(k, "i")) for k in node.columns], src, cond)
+    ins = ctx.emit("ins", nid, ctx.info(nid).ids, q,
+                   f"Table 13 {name}: Δ+ = (Δ+_l | Input_l_post ⋉_I Δu_l) {name} Input_r_post",
+                   [d])
+    if s.kind == "ins":
+        return [ins]
+    return [ctx.ids_only_delete(d, nid, f"Table 13 {name}: Δu_l on φ's attributes → Δ- by IDs"),
+            ins]
+
+
+def affected_left(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
+                  which: Sequence[str]) -> exp.Expression:
+    """l_post rows joining an old (pre) or new (post) row of r that ``d`` names."""
+    parts: list[exp.Expression] = []
+    for w in which:
+        parts.append(probe(ctx, node, "l", *right_rows(ctx, node, d, w, "o")))
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.or_(out, p)
+    return out
+
+
+def recompute(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
+              which: Sequence[str], negate: bool, name: str) -> list[DiffNode]:
+    """Δ- by l's IDs for every l row an r change may flip, and Δ+ of those that qualify now."""
+    nid = node.nid
+    ids = ctx.info(nid).ids
+    touched = affected_left(ctx, node, d, which)
+    lstate = ctx.state("post", node.left.nid, "l")
+    dele = ctx.emit("del", nid, ids, select([(k, c(k, "l")) for k in ids], lstate, touched),
+                    f"Table 13 {name}: Δ_r → Δ- of the l rows it touches", [d])
+    cond: exp.Expression = probe(ctx, node, "l", *right_state(ctx, node, "o"))
+    if negate:
+        cond = exp.Not(this=cond)
+    ins = ctx.emit("ins", nid, ids,
+                   select([(k, c(k, "l")) for k in node.columns], lstate.copy(),
+                          exp.and_(touched.copy(), cond)),
+                   f"Table 13 {name}: Δ_r → Δ+ of the touched l rows that qualify", [d])
+    return [dele, ins]
+
+
+def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
+    assert isinstance(node, A.SemiJoin)
+    if idx == 0:
+        return left_side(ctx, node, d, False, "⋉")
+    s = d.schema
+    y = A.referenced(node.predicate) & set(node.right.columns)
+    if s.kind == "upd" and not y & set(s.post):
+        return []  # r's update leaves φ alone: not triggered
+    if s.kind == "ins":  # new r rows can only add l rows
+        lstate = ctx.state("post", node.left.nid, "l")
+        q = select([(k, c(k, "l")) for k in node.columns], lstate,
+                   affected_left(ctx, node, d, ["post"]))
+        return [ctx.emit("ins", node.nid, ctx.info(node.nid).ids, q,
+                         "Table 13 ⋉: Δ+ = Input_l_post ⋉_φ Δ+_r", [d])]
+    return recompute(ctx, node, d, ["pre"] if s.kind == "del" else ["pre", "post"], False, "⋉")
+
+
+RULE = OperatorRule(op=A.SemiJoin, paper="Table 13 (mirrored)", infer=infer, propagate=propagate,
+                    conditions=lambda n: A.referenced(n.predicate)  # type: ignore[attr-defined]
+                    )

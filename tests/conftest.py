@@ -1,0 +1,58 @@
+"""Shared fixtures: a reachable PostgreSQL (``IDIVM_TEST_DSN``) and throwaway schemas in it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tag every test that needs PostgreSQL, so ``-m "not postgres"`` deselects them."""
+    for item in items:
+        if "pg_dsn" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    """DSN of the test PostgreSQL; skips (fails when ``CI=true``) if it cannot be reached."""
+    dsn = os.environ.get("IDIVM_TEST_DSN", DEFAULT_DSN)
+    try:
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as err:
+        message = (
+            f"PostgreSQL is not reachable at {dsn} ({str(err).strip()}). "
+            f"Start it with: {START_HINT} (or set IDIVM_TEST_DSN)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return dsn
+
+
+def drop_schemas(dsn: str, *schemas: str) -> None:
+    """Drop ``schemas`` and everything in them, ignoring those that do not exist."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> Iterator[str]:
+    """A fresh, uniquely named schema; dropped afterwards with its ``<schema>__idivm`` companion."""
+    schema = f"idivm_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield schema
+    finally:
+        drop_schemas(pg_dsn, schema, f"{schema}__idivm")

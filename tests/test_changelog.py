@@ -1,0 +1,434 @@
+"""Tests of the PostgreSQL modification log (idivm.postgres.changelog), on a real server."""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlglot import exp
+
+from idivm.catalog import Column, Table
+from idivm.errors import BackendError, CatalogError
+from idivm.postgres import changelog as cl
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+
+
+@pytest.fixture(scope="session")
+def _cl_dsn() -> str:
+    dsn = os.environ.get("IDIVM_TEST_DSN", DEFAULT_DSN)
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.OperationalError as e:
+        msg = f"PostgreSQL unreachable at {dsn} ({e}); start it with: {START_HINT}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return dsn
+
+
+@pytest.fixture()
+def _cl_conn(_cl_dsn: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(_cl_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture()
+def _cl_schema(_cl_conn: psycopg.Connection) -> Iterator[str]:
+    name = f"idivm_cl_{uuid.uuid4().hex[:10]}"
+    _cl_conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    yield name
+    for s in (name, f"{name}__idivm"):
+        _cl_conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(s)))
+
+
+def ident(*parts: str) -> sql.Composable:
+    return sql.Identifier(*parts)
+
+
+def create(conn: psycopg.Connection, schema: str, table: Table) -> None:
+    cols = [
+        sql.SQL("{} {}{}").format(
+            ident(c.name), sql.SQL(c.type), sql.SQL("" if c.nullable else " NOT NULL")
+        )
+        for c in table.columns
+    ]
+    # DEFERRABLE: checked at statement end, so one UPDATE can swap the keys of two rows.
+    pk = sql.SQL("PRIMARY KEY ({}) DEFERRABLE").format(sql.SQL(", ").join(map(ident, table.primary_key)))
+    conn.execute(
+        sql.SQL("CREATE TABLE {} ({})").format(
+            ident(schema, table.name), sql.SQL(", ").join([*cols, pk])
+        )
+    )
+
+
+def log_rows(conn: psycopg.Connection, schema: str, table: Table) -> list[tuple[Any, ...]]:
+    log = ident(f"{schema}__idivm", f"log__{table.name}")
+    return conn.execute(sql.SQL("SELECT * FROM {} ORDER BY __seq").format(log)).fetchall()
+
+
+def fold(
+    conn: psycopg.Connection, schema: str, table: Table, view: str, advance: bool = True
+) -> list[dict[str, Any]]:
+    """Run fold_into_temp in a transaction and return the effective changes as dicts."""
+    with conn.transaction():
+        since, upto = cl.fold_into_temp(conn, schema, table, view, "changes")
+        assert cl.watermark(conn, schema, table.name, view) == since
+        cur = conn.execute('SELECT * FROM "changes"')
+        assert cur.description is not None
+        names = [d.name for d in cur.description]
+        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        if advance:
+            cl.set_watermark(conn, schema, table.name, view, upto)
+    return rows
+
+
+def snapshot(conn: psycopg.Connection, schema: str, table: Table) -> dict[tuple[Any, ...], tuple]:
+    keys, others = table.primary_key, table.non_key_columns
+    rows = conn.execute(
+        sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(map(ident, [*keys, *others])), ident(schema, table.name)
+        )
+    ).fetchall()
+    return {r[: len(keys)]: r[len(keys) :] for r in rows}
+
+
+def apply_changes(
+    state: dict[tuple[Any, ...], tuple], table: Table, changes: list[dict[str, Any]]
+) -> None:
+    """Apply effective changes, checking each pre-image against the current state."""
+    keys, others = table.primary_key, table.non_key_columns
+    seen = set()
+    for ch in changes:
+        key = tuple(ch[k] for k in keys)
+        assert key not in seen, f"key {key} folded twice"
+        seen.add(key)
+        pre = tuple(ch[f"{c}__pre"] for c in others)
+        post = tuple(ch[f"{c}__post"] for c in others)
+        assert ch["__has_pre"] or ch["__has_post"]
+        if ch["__has_pre"] and ch["__has_post"]:
+            assert pre != post, f"no-op change for {key} not dropped"
+        if ch["__has_pre"]:
+            assert state.pop(key) == pre
+        else:
+            assert key not in state
+            assert all(v is None for v in pre)
+        if ch["__has_post"]:
+            state[key] = post
+        else:
+            assert all(v is None for v in post)
+
+
+T_SIMPLE = Table(
+    name='Odd "t"',
+    columns=(Column("k", "integer", False), Column("a b", "text", True)),
+    primary_key=("k",),
+    foreign_keys=(),
+)
+
+
+def test_logging_order(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
+    conn, s, t = _cl_conn, _cl_schema, T_SIMPLE
+    create(conn, s, t)
+    base = ident(s, t.name)
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (0, 'before')").format(base))
+    cl.install(conn, s, t, "v")
+    assert log_rows(conn, s, t) == []
+    assert cl.watermark(conn, s, t.name, "v") == 0 == cl.max_seq(conn, s, t.name)
+
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x'), (2, NULL)").format(base))
+    conn.execute(sql.SQL('UPDATE {} SET "a b" = coalesce("a b", \'\') || \'!\'').format(base))
+    conn.execute(sql.SQL("DELETE FROM {} WHERE k = 1").format(base))
+    rows = [r[1:] for r in log_rows(conn, s, t)]
+    assert rows[:2] == [("I", 1, "x"), ("I", 2, None)]
+    upd = rows[2:8]
+    assert [r[0] for r in upd] == ["D"] * 3 + ["I"] * 3
+    assert sorted(upd[:3], key=lambda r: r[1]) == [("D", 0, "before"), ("D", 1, "x"), ("D", 2, None)]
+    assert sorted(upd[3:], key=lambda r: r[1]) == [("I", 0, "before!"), ("I", 1, "x!"), ("I", 2, "!")]
+    assert rows[8:] == [("D", 1, "x!")]
+    assert cl.max_seq(conn, s, t.name) == log_rows(conn, s, t)[-1][0]
+
+    changes = {c["k"]: c for c in fold(conn, s, t, "v")}
+    assert set(changes) == {0, 2}
+    assert changes[0]["a b__pre"] == "before" and changes[0]["a b__post"] == "before!"
+    assert changes[2]["__has_pre"] is False and changes[2]["a b__post"] == "!"
+    assert cl.watermark(conn, s, t.name, "v") == cl.max_seq(conn, s, t.name)
+    assert fold(conn, s, t, "v") == []
+
+
+T_RAND = Table(
+    name="r",
+    columns=(
+        Column("k1", "integer", False),
+        Column("a", "integer", True),
+        Column("k2", "text", False),
+        Column("b", "text", True),
+        Column("c", "numeric(6,2)", True),
+    ),
+    primary_key=("k1", "k2"),
+    foreign_keys=(),
+)
+
+
+def _random_statement(
+    rng: random.Random, conn: psycopg.Connection, base: sql.Composable
+) -> None:
+    existing = conn.execute(sql.SQL("SELECT k1, k2 FROM {}").format(base)).fetchall()
+    keys = set(existing)
+
+    def val_a() -> int | None:
+        return rng.choice([None, rng.randint(0, 3)])
+
+    def val_b() -> str | None:
+        return rng.choice([None, "x", "y", "z"])
+
+    def val_c() -> str | None:
+        return rng.choice([None, "1.50", "2.00", f"{rng.randint(0, 999) / 100:.2f}"])
+
+    def fresh_key() -> tuple[int, str]:
+        while True:
+            k = (rng.randint(0, 7), rng.choice("pqrs"))
+            if k not in keys:
+                return k
+
+    kind = rng.choice(
+        ["insert", "insert", "delete", "update", "update", "rekey", "swap", "multi", "ins_del"]
+    )
+    if kind in ("insert", "ins_del") or not existing:
+        k = fresh_key()
+        conn.execute(
+            sql.SQL("INSERT INTO {} (k1, k2, a, b, c) VALUES (%s, %s, %s, %s, %s)").format(base),
+            (*k, val_a(), val_b(), val_c()),
+        )
+        if kind == "ins_del":
+            conn.execute(sql.SQL("DELETE FROM {} WHERE k1 = %s AND k2 = %s").format(base), k)
+        return
+    k = rng.choice(existing)
+    if kind == "delete":
+        conn.execute(sql.SQL("DELETE FROM {} WHERE k1 = %s AND k2 = %s").format(base), k)
+    elif kind == "update":
+        col, v = rng.choice([("a", val_a()), ("b", val_b()), ("c", val_c())])
+        conn.execute(
+            sql.SQL("UPDATE {} SET {} = %s WHERE k1 = %s AND k2 = %s").format(base, ident(col)),
+            (v, *k),
+        )
+    elif kind == "rekey":
+        new = fresh_key()
+        conn.execute(
+            sql.SQL("UPDATE {} SET k1 = %s, k2 = %s, a = %s WHERE k1 = %s AND k2 = %s").format(base),
+            (*new, val_a(), *k),
+        )
+    elif kind == "swap":
+        # One statement exchanging the keys of two rows: both keys stay, images swap.
+        same = [e for e in existing if e[0] == k[0] and e != k]
+        if not same:
+            return
+        o = rng.choice(same)
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET k2 = CASE WHEN k2 = %s THEN %s ELSE %s END "
+                "WHERE k1 = %s AND k2 IN (%s, %s)"
+            ).format(base),
+            (k[1], o[1], k[1], k[0], k[1], o[1]),
+        )
+    else:  # multi-row statement, sometimes a no-op on some rows
+        conn.execute(
+            sql.SQL("UPDATE {} SET b = CASE WHEN b IS NULL THEN %s ELSE b END WHERE k1 = %s").format(
+                base
+            ),
+            (val_b(), k[0]),
+        )
+
+
+@pytest.mark.parametrize("seed", [7, 2024])
+def test_random_sequence_fold_reproduces_post_state(
+    _cl_conn: psycopg.Connection, _cl_schema: str, seed: int
+) -> None:
+    conn, s, t = _cl_conn, _cl_schema, T_RAND
+    create(conn, s, t)
+    base = ident(s, t.name)
+    rng = random.Random(seed)
+    for k1 in range(4):
+        conn.execute(
+            sql.SQL("INSERT INTO {} VALUES (%s, 1, 'p', 'x', 1.5), (%s, NULL, 'q', NULL, NULL)").format(
+                base
+            ),
+            (k1, k1),
+        )
+    cl.install(conn, s, t, "whole")
+    cl.install(conn, s, t, "chunked")
+    pre = snapshot(conn, s, t)
+    chunked = dict(pre)
+    for step in range(360):
+        _random_statement(rng, conn, base)
+        if step % 90 == 89:
+            apply_changes(chunked, t, fold(conn, s, t, "chunked"))
+            assert chunked == snapshot(conn, s, t)
+    kinds = {r[1] for r in log_rows(conn, s, t)}
+    assert kinds == {"D", "I"}
+
+    whole = dict(pre)
+    apply_changes(whole, t, fold(conn, s, t, "whole"))
+    assert whole == snapshot(conn, s, t)
+
+
+def test_fold_drops_no_op_changes(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
+    conn, s = _cl_conn, _cl_schema
+    t = Table(
+        name="n",
+        columns=(Column("k", "integer", False), Column("a", "text", True), Column("b", "int", True)),
+        primary_key=("k",),
+        foreign_keys=(),
+    )
+    create(conn, s, t)
+    base = ident(s, t.name)
+    conn.execute(
+        sql.SQL("INSERT INTO {} VALUES (1, 'x', 1), (2, NULL, NULL), (3, NULL, 3), (4, 'y', 4)").format(
+            base
+        )
+    )
+    cl.install(conn, s, t, "v")
+    conn.execute(sql.SQL("UPDATE {} SET a = a, b = b").format(base))  # all rows, no change
+    conn.execute(sql.SQL("UPDATE {} SET a = 'tmp' WHERE k = 1").format(base))
+    conn.execute(sql.SQL("UPDATE {} SET a = 'x' WHERE k = 1").format(base))  # back again
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (5, 'z', 5)").format(base))
+    conn.execute(sql.SQL("DELETE FROM {} WHERE k = 5").format(base))  # inserted then deleted
+    conn.execute(sql.SQL("DELETE FROM {} WHERE k = 4").format(base))
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (4, 'y', 4)").format(base))  # deleted, restored
+    conn.execute(sql.SQL("UPDATE {} SET a = 'w' WHERE k = 3").format(base))  # NULL -> value
+    changes = fold(conn, s, t, "v")
+    assert changes == [
+        {
+            "k": 3,
+            "a__pre": None,
+            "b__pre": 3,
+            "a__post": "w",
+            "b__post": 3,
+            "__has_pre": True,
+            "__has_post": True,
+        }
+    ]
+
+
+def test_fold_key_only_table(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
+    conn, s = _cl_conn, _cl_schema
+    t = Table(name="k", columns=(Column("k", "integer", False),), primary_key=("k",), foreign_keys=())
+    create(conn, s, t)
+    base = ident(s, t.name)
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (1), (2)").format(base))
+    cl.install(conn, s, t, "v")
+    conn.execute(sql.SQL("DELETE FROM {}").format(base))
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (1), (3)").format(base))
+    changes = sorted((c["k"], c["__has_pre"], c["__has_post"]) for c in fold(conn, s, t, "v"))
+    assert changes == [(2, True, False), (3, False, True)]
+
+
+def test_two_views_watermarks_and_prune(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
+    conn, s, t = _cl_conn, _cl_schema, T_SIMPLE
+    create(conn, s, t)
+    base = ident(s, t.name)
+    cl.install(conn, s, t, "v1")
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'a')").format(base))
+    cl.install(conn, s, t, "v2")  # reuses log and triggers, starts at the current end
+    assert len(log_rows(conn, s, t)) == 1
+    assert cl.watermark(conn, s, t.name, "v1") == 0
+    assert cl.watermark(conn, s, t.name, "v2") == cl.max_seq(conn, s, t.name) > 0
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (2, 'b')").format(base))
+    assert len(log_rows(conn, s, t)) == 2  # triggers not duplicated
+
+    assert cl.prune(conn, s, t.name) == 0  # v1 has consumed nothing
+    assert sorted(c["k"] for c in fold(conn, s, t, "v2")) == [2]
+    assert cl.prune(conn, s, t.name) == 0
+    assert sorted(c["k"] for c in fold(conn, s, t, "v1", advance=False)) == [1, 2]
+    assert sorted(c["k"] for c in fold(conn, s, t, "v1")) == [1, 2]
+    assert cl.prune(conn, s, t.name) == 2
+    assert log_rows(conn, s, t) == []
+    assert cl.max_seq(conn, s, t.name) == 0
+    conn.execute(sql.SQL("DELETE FROM {} WHERE k = 1").format(base))
+    assert [c["k"] for c in fold(conn, s, t, "v1")] == [1]
+    assert [c["k"] for c in fold(conn, s, t, "v2")] == [1]
+
+    with pytest.raises(BackendError):
+        cl.watermark(conn, s, t.name, "nope")
+    with pytest.raises(BackendError):
+        cl.set_watermark(conn, s, t.name, "nope", 1)
+
+
+def _objects(conn: psycopg.Connection, s: str, t: Table) -> tuple[int, int, bool]:
+    row = conn.execute(
+        """
+        SELECT (SELECT count(*) FROM pg_trigger g
+                WHERE g.tgrelid = (quote_ident(%(s)s) || '.' || quote_ident(%(t)s))::regclass
+                  AND NOT g.tgisinternal),
+               (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = %(c)s),
+               to_regclass(quote_ident(%(c)s) || '.' || quote_ident('log__' || %(t)s)) IS NOT NULL
+        """,
+        {"s": s, "t": t.name, "c": f"{s}__idivm"},
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def test_uninstall_drops_everything_when_last_user_leaves(
+    _cl_conn: psycopg.Connection, _cl_schema: str
+) -> None:
+    conn, s, t = _cl_conn, _cl_schema, T_SIMPLE
+    create(conn, s, t)
+    cl.install(conn, s, t, "v1")
+    cl.install(conn, s, t, "v2")
+    assert _objects(conn, s, t) == (4, 4, True)
+    cl.uninstall(conn, s, t.name, "v1")
+    assert _objects(conn, s, t) == (4, 4, True)
+    cl.uninstall(conn, s, t.name, "v2")
+    assert _objects(conn, s, t) == (0, 0, False)
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'a')").format(ident(s, t.name)))
+    conn.execute(sql.SQL("TRUNCATE {}").format(ident(s, t.name)))
+    cl.uninstall(conn, s, t.name, "v2")  # already gone: no error
+    cl.install(conn, s, t, "v3")  # reinstall from scratch works
+    assert _objects(conn, s, t) == (4, 4, True)
+
+
+def test_truncate_refused(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
+    conn, s, t = _cl_conn, _cl_schema, T_SIMPLE
+    create(conn, s, t)
+    base = ident(s, t.name)
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'a')").format(base))
+    cl.install(conn, s, t, "v")
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="delete the rows instead"):
+        conn.execute(sql.SQL("TRUNCATE {}").format(base))
+    assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(base)).fetchone() == (1,)
+
+
+def test_reserved_column_refused(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
+    conn, s = _cl_conn, _cl_schema
+    t = Table(
+        name="bad",
+        columns=(Column("k", "integer", False), Column("__seq", "int", True)),
+        primary_key=("k",),
+        foreign_keys=(),
+    )
+    create(conn, s, t)
+    with pytest.raises(CatalogError):
+        cl.install(conn, s, t, "v")
+
+
+def test_fold_query_shape_and_spark_rendering() -> None:
+    log = exp.Table(this=exp.to_identifier("log__r", quoted=True), db=exp.to_identifier("x"))
+    q = cl.fold_query(T_RAND, log, 3, 10)
+    assert q.named_selects == [
+        "k1", "k2", "a__pre", "b__pre", "c__pre", "a__post", "b__post", "c__post",
+        "__has_pre", "__has_post",
+    ]
+    spark = q.sql("spark")
+    assert "ROW_NUMBER() OVER" in spark and "DISTINCT" not in spark.upper()
+    assert "`__seq` > 3" in spark and "`__seq` <= 10" in spark
+    pg = q.sql("postgres")
+    assert "DISTINCT ON" not in pg

@@ -8,7 +8,7 @@ Every node carries a plan-unique ``nid`` so annotations can be kept outside the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -63,7 +63,7 @@ class Select(Node):
     """σ_φ(child)."""
 
     child: Node
-    predicate: exp.Expression
+    predicate: exp.Expr
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -83,7 +83,7 @@ class Project(Node):
     """Generalized projection π_{D, f(X)→c}: ``exprs`` maps each output name to an expression."""
 
     child: Node
-    exprs: tuple[tuple[str, exp.Expression], ...]
+    exprs: tuple[tuple[str, exp.Expr], ...]
     hidden: frozenset[str] = field(default_factory=frozenset)  # added by ID inference
 
     @property
@@ -115,7 +115,7 @@ class Join(Node):
 
     left: Node
     right: Node
-    predicate: exp.Expression | None
+    predicate: exp.Expr | None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -138,7 +138,7 @@ class SemiJoin(Node):
 
     left: Node
     right: Node
-    predicate: exp.Expression
+    predicate: exp.Expr
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -159,7 +159,7 @@ class AntiJoin(Node):
 
     left: Node
     right: Node
-    predicate: exp.Expression
+    predicate: exp.Expr
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -281,7 +281,7 @@ def scans(node: Node) -> list[Scan]:
     return [n for n in walk(node) if isinstance(n, Scan)]
 
 
-def referenced(e: exp.Expression | None) -> set[str]:
+def referenced(e: exp.Expr | None) -> set[str]:
     """Column names an expression reads."""
     if e is None:
         return set()
@@ -293,7 +293,7 @@ def col(name: str, table: str | None = None) -> exp.Column:
     return exp.column(name, table=table, quoted=True)
 
 
-def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+def conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
     if e is None:
         return []
     if isinstance(e, exp.And):
@@ -303,7 +303,7 @@ def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
     return [e]
 
 
-def conjoin(parts: list[exp.Expression]) -> exp.Expression | None:
+def conjoin(parts: Sequence[exp.Expr]) -> exp.Expr | None:
     if not parts:
         return None
     out = parts[0]
@@ -312,7 +312,7 @@ def conjoin(parts: list[exp.Expression]) -> exp.Expression | None:
     return out
 
 
-def equalities(e: exp.Expression | None) -> list[tuple[str, str]]:
+def equalities(e: exp.Expr | None) -> list[tuple[str, str]]:
     """Column = column conjuncts of a predicate (they make the two columns equivalent)."""
     pairs = []
     for c in conjuncts(e):
@@ -323,10 +323,10 @@ def equalities(e: exp.Expression | None) -> list[tuple[str, str]]:
     return pairs
 
 
-def rename_columns(e: exp.Expression, mapping: dict[str, exp.Expression]) -> exp.Expression:
+def rename_columns(e: exp.Expr, mapping: Mapping[str, exp.Expr]) -> exp.Expr:
     """Replace column references by expressions (a pure rewrite; ``e`` is not modified)."""
 
-    def sub(n: exp.Expression) -> exp.Expression:
+    def sub(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and n.name in mapping:
             return mapping[n.name].copy()
         return n
@@ -338,6 +338,6 @@ def replace_child(node: Node, index: int, child: Node) -> Node:
     """A copy of ``node`` with child ``index`` replaced."""
     import dataclasses
 
-    if isinstance(node, Join | SemiJoin | AntiJoin | UnionAll):
-        return dataclasses.replace(node, **{("left" if index == 0 else "right"): child})
-    return dataclasses.replace(node, child=child)  # type: ignore[call-arg]
+    field_name = ("left" if index == 0 else "right") if isinstance(
+        node, Join | SemiJoin | AntiJoin | UnionAll) else "child"
+    return dataclasses.replace(node, **{field_name: child})  # type: ignore[arg-type]

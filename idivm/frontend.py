@@ -26,10 +26,10 @@ VOLATILE = {
     "current_date", "current_time", "localtimestamp", "localtime", "unix_timestamp",
     "monotonically_increasing_id",
 }
-VOLATILE_NODES: tuple[type[exp.Expression], ...] = (
+VOLATILE_NODES: tuple[type[exp.Expr], ...] = (
     exp.Rand, exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.CurrentDatetime,
 )
-AGG_NODES: dict[type[exp.Expression], str] = {
+AGG_NODES: dict[type[exp.Expr], str] = {
     exp.Sum: "sum", exp.Count: "count", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
 }
 
@@ -59,7 +59,7 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres") -> ViewQue
         if t.name and not catalog.has_table(t.name):
             raise CatalogError(f"unknown table {t.name!r} in the view")
     try:
-        tree = qualify(tree, schema=catalog.sqlglot_schema(), dialect=dialect,
+        tree = qualify(tree, schema=catalog.sqlglot_mapping_schema(dialect), dialect=dialect,
                        quote_identifiers=False, validate_qualify_columns=True)
     except SqlglotError as e:
         raise UnsupportedSQL("name resolution", str(e)) from e
@@ -70,7 +70,7 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres") -> ViewQue
     return ViewQuery(root=root, columns=tuple(names), sql=sql)
 
 
-def _refuse(tree: exp.Expression) -> None:
+def _refuse(tree: exp.Expr) -> None:
     """Name the first construct idivm does not maintain, with the reason."""
     for node in tree.walk():
         if isinstance(node, exp.Window):
@@ -114,7 +114,7 @@ def _refuse(tree: exp.Expression) -> None:
             raise UnsupportedSQL(f"{node.key.upper()} ALL", "bag difference is not maintained")
 
 
-def _inline_ctes(tree: exp.Query) -> exp.Query:
+def _inline_ctes(tree: exp.Expr) -> exp.Expr:
     """Non-recursive WITH: substitute each CTE as a FROM subquery (pure rewrite)."""
     w = tree.args.get("with_") or tree.args.get("with")
     if not w:
@@ -123,7 +123,7 @@ def _inline_ctes(tree: exp.Query) -> exp.Query:
     ctes = {c.alias: c.this for c in w.expressions}
     tree.set("with_" if "with_" in tree.args else "with", None)
 
-    def sub(n: exp.Expression) -> exp.Expression:
+    def sub(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Table) and not n.db and n.name in ctes:
             return exp.Subquery(this=ctes[n.name].copy(), alias=exp.TableAlias(
                 this=exp.to_identifier(n.alias_or_name)))
@@ -170,7 +170,7 @@ class _Converter:
         return next(self.nids)
 
     # -- queries -------------------------------------------------------------------------
-    def query(self, e: exp.Expression, outer: _Scope | None) -> tuple[A.Node, list[str]]:
+    def query(self, e: exp.Expr, outer: _Scope | None) -> tuple[A.Node, list[str]]:
         """A query's algebra: its root has exactly the output columns, in order."""
         if isinstance(e, exp.Subquery):
             return self.query(e.this, outer)
@@ -182,7 +182,7 @@ class _Converter:
             return self.select(e, outer)
         raise UnsupportedSQL(e.key.upper(), "not a query idivm maintains")
 
-    def branch(self, e: exp.Expression, outer: _Scope | None) -> tuple[A.Node, list[str]]:
+    def branch(self, e: exp.Expr, outer: _Scope | None) -> tuple[A.Node, list[str]]:
         """A set-operation input, renamed to fresh plan names."""
         node, names = self.query(e, outer)
         fresh = [self.fresh(f"s__{n}") for n in names]
@@ -202,7 +202,7 @@ class _Converter:
             node = A.Aggregate(self.nid(), node, names, ())
         return self.rename(node, list(names), out_names)
 
-    def except_intersect(self, e: exp.Expression, outer: _Scope | None
+    def except_intersect(self, e: exp.SetOperation, outer: _Scope | None
                          ) -> tuple[A.Node, list[str]]:
         left, lnames = self.branch(e.left, outer)
         right, rnames = self.branch(e.right, outer)
@@ -216,8 +216,8 @@ class _Converter:
         node = cls(self.nid(), distinct, right, pred)
         return self.rename(node, lnames, self.query_names(e.left))
 
-    def query_names(self, e: exp.Expression) -> list[str]:
-        while isinstance(e, exp.Subquery | exp.Union | exp.Except | exp.Intersect):
+    def query_names(self, e: exp.Expr) -> list[str]:
+        while isinstance(e, exp.Subquery | exp.SetOperation):
             e = e.this if isinstance(e, exp.Subquery) else e.left
         assert isinstance(e, exp.Select)
         return [s.alias_or_name for s in e.expressions]
@@ -228,7 +228,7 @@ class _Converter:
             (n, A.col(c)) for n, c in zip(names, cols, strict=True))), names
 
     # -- SELECT ------------------------------------------------------------------------------
-    def source(self, item: exp.Expression, scope: _Scope) -> A.Node:
+    def source(self, item: exp.Expr, scope: _Scope) -> A.Node:
         alias = item.alias_or_name
         if isinstance(item, exp.Table):
             table = self.catalog.table(item.name)
@@ -250,11 +250,11 @@ class _Converter:
                 (f, A.col(c)) for f, c in zip(fresh, node.columns, strict=True)))
         raise UnsupportedSQL(item.key.upper(), "only tables and subqueries may appear in FROM")
 
-    def translate(self, e: exp.Expression, scope: _Scope) -> tuple[exp.Expression, bool]:
+    def translate(self, e: exp.Expr, scope: _Scope) -> tuple[exp.Expr, bool]:
         """Rewrite qualified column references to plan columns; also report correlation."""
         correlated = False
 
-        def sub(n: exp.Expression) -> exp.Expression:
+        def sub(n: exp.Expr) -> exp.Expr:
             nonlocal correlated
             if isinstance(n, exp.Column) and n.table:
                 name, outer = scope.resolve(n.table, n.name)
@@ -274,7 +274,7 @@ class _Converter:
         items = [from_.this] + [j.this for j in s.args.get("joins") or []]
         nodes = [self.source(item, scope) for item in items]
         aliases = [item.alias_or_name for item in items]
-        pool: list[exp.Expression] = []
+        pool: list[exp.Expr] = []
         for j in s.args.get("joins") or []:
             if j.args.get("using"):
                 raise UnsupportedSQL("JOIN USING", "could not be resolved")  # qualify rewrites it
@@ -292,7 +292,7 @@ class _Converter:
             node = self.subquery_predicate(node, c, scope)
         return self.select_list(s, node, scope)
 
-    def join_tree(self, nodes: list[A.Node], aliases: list[str], pool: list[exp.Expression],
+    def join_tree(self, nodes: list[A.Node], aliases: list[str], pool: list[exp.Expr],
                   scope: _Scope) -> A.Node:
         """Left-deep joins in FROM order; each conjunct goes as low as its columns allow."""
         owner = {p: a for a, cols in scope.sources.items() for p in cols.values()}
@@ -303,7 +303,7 @@ class _Converter:
             translated.append((t, srcs))
         used = [False] * len(translated)
 
-        def take(pred: set[str | None], local: str | None) -> list[exp.Expression]:
+        def take(pred: set[str | None], local: str | None) -> list[exp.Expr]:
             out = []
             for i, (t, srcs) in enumerate(translated):
                 if used[i] or not srcs <= pred:
@@ -330,21 +330,21 @@ class _Converter:
         return A.Select(self.nid(), cur, p) if p is not None else cur
 
     @staticmethod
-    def is_subquery_predicate(c: exp.Expression) -> bool:
+    def is_subquery_predicate(c: exp.Expr) -> bool:
         inner = c.this if isinstance(c, exp.Not) else c
         if isinstance(inner, exp.Paren):
             inner = inner.this
         return isinstance(inner, exp.Exists) or (
             isinstance(inner, exp.In) and inner.args.get("query") is not None)
 
-    def subquery_predicate(self, node: A.Node, c: exp.Expression, scope: _Scope) -> A.Node:
+    def subquery_predicate(self, node: A.Node, c: exp.Expr, scope: _Scope) -> A.Node:
         negated = isinstance(c, exp.Not)
         inner = c.this if negated else c
         if isinstance(inner, exp.Paren):
             inner = inner.this
         if isinstance(inner, exp.Exists):
             sub = inner.this
-            probe: exp.Expression | None = None
+            probe: exp.Expr | None = None
         else:
             assert isinstance(inner, exp.In)
             q = inner.args["query"]
@@ -353,7 +353,7 @@ class _Converter:
         if not isinstance(sub, exp.Select) or sub.args.get("group") or sub.args.get(
                 "having") or sub.find(exp.AggFunc) or sub.args.get("distinct"):
             right, names = self.query(sub, None)
-            pred_parts = []
+            pred_parts: list[exp.Expr] = []
             if probe is not None:
                 if len(names) != 1:
                     raise UnsupportedSQL("IN (subquery)", "the subquery must return one column")
@@ -365,15 +365,18 @@ class _Converter:
         else:
             inner_scope = _Scope({}, scope)
             from_ = sub.args.get("from_") or sub.args.get("from")
+            if from_ is None:
+                raise UnsupportedSQL("subquery without FROM", "not maintained")
             items = [from_.this] + [j.this for j in sub.args.get("joins") or []]
             nodes = [self.source(item, inner_scope) for item in items]
             aliases = [item.alias_or_name for item in items]
-            pool: list[exp.Expression] = []
+            pool: list[exp.Expr] = []
             for j in sub.args.get("joins") or []:
                 pool += A.conjuncts(j.args.get("on"))
             where = sub.args.get("where")
             pool += A.conjuncts(where.this if where else None)
-            local, correlated = [], []
+            local: list[exp.Expr] = []
+            correlated: list[exp.Expr] = []
             for p in pool:
                 if self.is_subquery_predicate(p) or p.find(exp.Select):
                     raise UnsupportedSQL("nested subquery predicate", "not maintained")
@@ -399,7 +402,7 @@ class _Converter:
         cls = A.AntiJoin if negated else A.SemiJoin
         return cls(self.nid(), node, right, pred)
 
-    def require_not_null(self, e: exp.Expression, scope: _Scope, what: str) -> None:
+    def require_not_null(self, e: exp.Expr, scope: _Scope, what: str) -> None:
         for n in A.referenced(e):
             s: _Scope | None = scope
             while s is not None and n not in s.nullable:
@@ -414,6 +417,10 @@ class _Converter:
     def select_list(self, s: exp.Select, node: A.Node, scope: _Scope
                     ) -> tuple[A.Node, list[str]]:
         items = list(s.expressions)
+        for i in items:
+            if i.find(exp.Select):
+                raise UnsupportedSQL("scalar subquery", "subqueries in the SELECT list are "
+                                     "not maintained; join the subquery in FROM instead")
         names = [i.alias_or_name for i in items]
         group = s.args.get("group")
         having = s.args.get("having")
@@ -444,7 +451,7 @@ class _Converter:
         """
         group = s.args.get("group")
         group_exprs = [self.translate(g, scope)[0] for g in (group.expressions if group else [])]
-        below: list[tuple[str, exp.Expression]] = []
+        below: list[tuple[str, exp.Expr]] = []
         post: dict[str, str] = {}
         gcols = []
         for g in group_exprs:
@@ -484,11 +491,11 @@ class _Converter:
         return agg, post
 
     @staticmethod
-    def post_agg(e: exp.Expression, post: dict[str, str]) -> exp.Expression:
+    def post_agg(e: exp.Expr, post: dict[str, str]) -> exp.Expr:
         """An expression above γ (already in plan names): aggregate calls and group
         expressions become the aggregate's output columns; anything else is an error."""
 
-        def rewrite(n: exp.Expression) -> exp.Expression:
+        def rewrite(n: exp.Expr) -> exp.Expr:
             key = n.sql()
             return A.col(post[key]) if key in post else n
 

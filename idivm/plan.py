@@ -63,7 +63,7 @@ class Plan:
             below = {k: v for k, v in mats.items() if k != m.nid}
             node = next(n for n in A.walk(self.root) if n.nid == m.nid)
 
-            def leaf(n: A.Node, below: dict[int, Materialized] = below) -> exp.Expression | None:
+            def leaf(n: A.Node, below: dict[int, Materialized] = below) -> exp.Expr | None:
                 return exp.table_(exp.to_identifier(below[n.nid].name, quoted=True)) \
                     if n.nid in below else None
 
@@ -123,9 +123,9 @@ class Plan:
             src = f" ← {', '.join(d.inputs)}" if d.inputs else ""
             lines.append(f"  {d.name} = {d.schema.describe()} @#{d.schema.nid}: {d.rule}{src}")
         lines += ["", "Δ-script (passes 3–4):"]
-        for i, s in enumerate(self.statements, 1):
-            what = (f"APPLY {s.kind} {s.diff} → {s.target}" if isinstance(s, Apply)
-                    else f"{s.phase} {s.name}")
+        for i, st in enumerate(self.statements, 1):
+            what = (f"APPLY {st.kind} {st.diff} → {st.target}" if isinstance(st, Apply)
+                    else f"{st.phase} {st.name}")
             lines.append(f"  {i:2}. {what}")
         return "\n".join(lines)
 
@@ -142,11 +142,13 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
     nodes = {n.nid: n for n in A.walk(root)}
     fetch = minimize.rewrite_fetch(nodes)  # pass 4 (Figure 8), then composition of queries
     stmts: list[Statement] = []
-    for s, applied in zip(comp.statements, comp.applied, strict=True):
-        if isinstance(s, Compute):
-            s = Compute(s.name, resolver.resolve(s.query, applied, fetch), s.comment, s.phase)
-        stmts.append(s)
-    stmts = minimize.drop_unread(minimize.inline_single_use(stmts))
+    st: Statement
+    for st, applied in zip(comp.statements, comp.applied, strict=True):
+        if isinstance(st, Compute):
+            st = Compute(st.name, resolver.resolve(st.query, applied, fetch), st.comment,
+                         st.phase)
+        stmts.append(st)
+    stmts = minimize.compose_queries(minimize.drop_unread(minimize.inline_single_use(stmts)))
     return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog)
 
 

@@ -14,7 +14,7 @@ from sqlglot import exp
 from idivm import algebra as A
 from idivm.planner.ruleapi import c, exists, select, subquery, t, union_all
 
-Leaf = Callable[[A.Node], "exp.Expression | None"]
+Leaf = Callable[[A.Node], "exp.Expr | None"]
 
 
 def render(node: A.Node, leaf: Leaf, types: Callable[[str], str | None] = lambda _: None
@@ -32,7 +32,7 @@ class _Renderer:
         self.n += 1
         return f"q{self.n}"
 
-    def rel(self, node: A.Node) -> tuple[exp.Expression, str]:
+    def rel(self, node: A.Node) -> tuple[exp.Expr, str]:
         a = self.alias()
         sub = self.leaf(node)
         if isinstance(sub, exp.Table):
@@ -66,7 +66,7 @@ class _Renderer:
         if isinstance(node, A.SemiJoin | A.AntiJoin):
             ls, la = self.rel(node.left)
             rs, _ = self.rel(node.right)
-            probe: exp.Expression = exists(rs, node.predicate.copy())
+            probe: exp.Expr = exists(rs, node.predicate.copy())
             if isinstance(node, A.AntiJoin):
                 probe = exp.Not(this=probe)
             return select([(k, c(k, la)) for k in node.columns], ls, probe)
@@ -76,12 +76,13 @@ class _Renderer:
             return self.aggregate(node)
         raise NotImplementedError(type(node).__name__)
 
-    def union(self, node: A.UnionAll) -> exp.Expression:  # type: ignore[override]
+    def union(self, node: A.UnionAll) -> exp.Select:
         branches = []
         for b, child, cols, own in ((0, node.left, node.left_cols, node.left_ids),
                                     (1, node.right, node.right_cols, node.right_ids)):
             src, a = self.rel(child)
-            items = [(n, c(x, a)) for n, x in zip(node.names, cols, strict=True)]
+            items: list[tuple[str, exp.Expr]] = [
+                (n, c(x, a)) for n, x in zip(node.names, cols, strict=True)]
             items.append((A.BRANCH, exp.Literal.number(b)))
             for bb, ids in ((0, node.left_ids), (1, node.right_ids)):
                 for x in ids:
@@ -90,7 +91,7 @@ class _Renderer:
                         items.append((name, c(x, a)))
                     else:
                         ty = self.types(name)
-                        null: exp.Expression = exp.null()
+                        null: exp.Expr = exp.null()
                         if ty:
                             null = exp.cast(null, exp.DataType.build(ty, dialect="postgres"))
                         items.append((name, null))
@@ -101,12 +102,12 @@ class _Renderer:
 
     def aggregate(self, node: A.Aggregate) -> exp.Select:
         src, a = self.rel(node.child)
-        items: list[tuple[str, exp.Expression]] = [(g, c(g, a)) for g in node.group_by]
+        items: list[tuple[str, exp.Expr]] = [(g, c(g, a)) for g in node.group_by]  # noqa
         if node.is_global:
             items.append(("__g", exp.Literal.number(0)))
         for agg in node.aggs:
             x = c(agg.arg, a) if agg.arg else None
-            f: exp.Expression
+            f: exp.Expr
             if agg.func == "count_star":
                 f = exp.Count(this=exp.Star())
             else:

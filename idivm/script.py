@@ -24,7 +24,7 @@ class Compute:
     """CREATE a temporary relation ``name`` from ``query`` (an i-diff or a snapshot)."""
 
     name: str
-    query: exp.Expression
+    query: exp.Expr
     comment: str
     phase: str  # "instance", "idiff", "snapshot"
 
@@ -47,7 +47,7 @@ class Apply:
 Statement = Compute | Apply
 
 
-def render(stmt: Statement, dialect: Dialect) -> exp.Expression:
+def render(stmt: Statement, dialect: Dialect) -> exp.Expr:
     if isinstance(stmt, Compute):
         kind = "TABLE" if dialect == "postgres" else "VIEW"
         props = exp.Properties(expressions=[exp.TemporaryProperty()])
@@ -85,7 +85,7 @@ def _merge(stmt: Apply, pairs: Sequence[tuple[str, str]], nulls: dict[str, bool]
     """Spark SQL: every APPLY is a MERGE INTO (on table formats that support it)."""
     if stmt.kind == "ins":
         pairs = [(k, k) for k in stmt.key]
-        using: exp.Expression = exp.Subquery(
+        using: exp.Expr = exp.Subquery(
             this=select([(k, c(k)) for k in stmt.columns], t(stmt.diff), distinct=True),
             alias=exp.TableAlias(this=exp.to_identifier("d", quoted=True)))
     else:

@@ -55,13 +55,13 @@ def _delta(node: A.Aggregate, child: int) -> exp.Select:
     args = sorted({a.arg for a in node.aggs if a.arg and a.func in ("sum", "count", "avg")})
 
     def side(which: str, sign: int) -> exp.Select:
-        items = [(g, c(g, "r")) for g in node.group_by]
+        items: list[tuple[str, exp.Expr]] = [(g, c(g, "r")) for g in node.group_by]
         items += [("__sign", exp.Literal.number(sign))] + [(x, c(x, "r")) for x in args]
         return select(items, t(placeholder(which, child), "r"))
 
     u = subquery(union_all([side("new", 1), side("old", -1)]), "u")
     sign = c("__sign", "u")
-    items: list[tuple[str, exp.Expression]] = [(g, c(g, "u")) for g in node.group_by]
+    items: list[tuple[str, exp.Expr]] = [(g, c(g, "u")) for g in node.group_by]
     if node.is_global:
         items.append(("__g", exp.Literal.number(0)))
     items.append(("__dcnt", exp.Sum(this=sign)))
@@ -81,19 +81,19 @@ def _delta(node: A.Aggregate, child: int) -> exp.Select:
     return q
 
 
-def _new_values(node: A.Aggregate, avg_float: dict[str, bool]) -> list[tuple[str, exp.Expression]]:
+def _new_values(node: A.Aggregate, avg_float: dict[str, bool]) -> list[tuple[str, exp.Expr]]:
     """The post-state of every non-ID column, from Output (o), the deltas (d) and, for
     MIN/MAX, the recomputed groups (m)."""
-    def zero(e: exp.Expression) -> exp.Expression:
+    def zero(e: exp.Expr) -> exp.Expr:
         return exp.Coalesce(this=e, expressions=[exp.Literal.number(0)])
 
-    def null_if_empty(nn: exp.Expression, v: exp.Expression) -> exp.Expression:
+    def null_if_empty(nn: exp.Expr, v: exp.Expr) -> exp.Expr:
         return exp.Case(ifs=[exp.If(this=exp.EQ(this=nn, expression=exp.Literal.number(0)),
                                     true=exp.null())], default=v)
 
     # a global aggregate's delta row exists even when nothing changed: its sums are NULL
     cnt = exp.Add(this=zero(c(A.COUNT, "o")), expression=zero(c("__dcnt", "d")))
-    out: dict[str, exp.Expression] = {A.COUNT: cnt}
+    out: dict[str, exp.Expr] = {A.COUNT: cnt}
     for a in node.aggs:
         nn = exp.paren(exp.Add(this=zero(c(f"__nn_{a.name}" if a.func != "count" else a.name,
                                            "o")), expression=zero(c(f"__dnn_{a.name}", "d"))))
@@ -109,7 +109,7 @@ def _new_values(node: A.Aggregate, avg_float: dict[str, bool]) -> list[tuple[str
         elif a.func == "avg":
             out[f"__nn_{a.name}"] = nn
             out[f"__sum_{a.name}"] = null_if_empty(nn.copy(), total)
-            num: exp.Expression = exp.paren(total.copy())
+            num: exp.Expr = exp.paren(total.copy())
             if not avg_float.get(a.name):
                 num = exp.cast(num, "NUMERIC")
             out[a.name] = null_if_empty(nn.copy(), exp.Div(this=num, expression=nn.copy()))
@@ -129,6 +129,7 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
     cinfo = ctx.info(child)
     avg_float = {a.name: any(f in (cinfo.types.get(a.arg or "") or "").upper()
                              for f in FLOAT_TYPES) for a in node.aggs}
+    items: list[tuple[str, exp.Expr]]
     minmax = [a for a in node.aggs if a.func in ("min", "max")]
     if minmax:  # Table 7: recompute the affected groups from Input_post
         items = [(g, c(g, "p")) for g in node.group_by]

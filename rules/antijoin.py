@@ -5,6 +5,7 @@ from __future__ import annotations
 from idivm import algebra as A
 from idivm.planner.model import DiffNode
 from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select
+
 from .semijoin import affected_left, infer, left_side, recompute
 
 

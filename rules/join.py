@@ -44,7 +44,7 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
 def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
     assert isinstance(node, A.Join)
     s, nid = d.schema, node.nid
-    side, other = node.children[idx], node.children[1 - idx]
+    side = node.children[idx]
     sym = "l" if idx == 0 else "r"
     if s.kind == "ins":
         return [ctx.emit("ins", nid, ctx.info(nid).ids, _join_other(ctx, node, idx, d, "i"),

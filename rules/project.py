@@ -4,7 +4,7 @@ and Table 8 (i-diff rules)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
@@ -14,7 +14,7 @@ from idivm.planner.model import DiffNode, NodeInfo, post_name, pre_name
 from idivm.planner.ruleapi import OperatorRule, RuleContext, c, minimize_key, select
 
 
-def _simplify(e: exp.Expression, ci: NodeInfo) -> exp.Expression:
+def _simplify(e: exp.Expr, ci: NodeInfo) -> exp.Expr:
     """COALESCE(a, b) over columns equated by an inner join is just a (NATURAL JOIN, USING)."""
     if isinstance(e, exp.Coalesce):
         args = [e.this, *e.expressions]
@@ -103,7 +103,7 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     pre_vals = ctx.pre_values(d, "i")
     pre = [(n, e) for n, e in node.exprs
            if n not in id_outputs and ctx.bind(e, pre_vals) is not None]
-    items = [(n, c(x, "i")) for x, n in zip(s.ids, ids, strict=True)]
+    items: list[tuple[str, exp.Expr]] = [(n, c(x, "i")) for x, n in zip(s.ids, ids, strict=True)]
     items += [(pre_name(n), _bound(ctx, e, pre_vals)) for n, e in pre]
     if s.kind == "del":
         q = select(items, ctx.rel(d, "i"))
@@ -121,7 +121,7 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
                          [n for n, _ in pre], [n for n, _ in changed])]
     # f needs attributes the i-diff lacks: read them from Input_post, by the input's full IDs
     full = tuple(m[x] for x in ci.ids)
-    fvals = {k: c(k, "f") for k in ctx.cols(node.child.nid)}
+    fvals: dict[str, exp.Expr | None] = {k: c(k, "f") for k in ctx.cols(node.child.nid)}
     items = [(n, c(x, "f")) for x, n in zip(ci.ids, full, strict=True)]
     items += [(post_name(n), _bound(ctx, e, fvals)) for n, e in changed if n not in full]
     q = select(items, ctx.fetch("post", node.child.nid, d, "f"))
@@ -129,8 +129,8 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
                      [d], (), [n for n, _ in changed if n not in full])]
 
 
-def _bound(ctx: RuleContext, e: exp.Expression, vals: dict[str, exp.Expression | None]
-           ) -> exp.Expression:
+def _bound(ctx: RuleContext, e: exp.Expr, vals: Mapping[str, exp.Expr | None]
+           ) -> exp.Expr:
     b = ctx.bind(e, vals)
     assert b is not None
     return b

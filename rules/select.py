@@ -26,7 +26,7 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
     assert isinstance(node, A.Select)
     ci = infos[0]
     equiv = merge_equiv(ci.equiv, A.equalities(node.predicate))
-    consts = tuple(
+    consts: tuple[tuple[frozenset[str], frozenset[str]], ...] = tuple(
         (frozenset(), frozenset((p.left.name,)))
         for p in A.conjuncts(node.predicate)
         if isinstance(p, exp.EQ) and isinstance(p.left, exp.Column)
@@ -76,7 +76,7 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     return [dele, _insert_fetched(ctx, node, d)]
 
 
-def _filtered(ctx: RuleContext, d: DiffNode, nid: int, where: exp.Expression | None,
+def _filtered(ctx: RuleContext, d: DiffNode, nid: int, where: exp.Expr | None,
               rule: str) -> DiffNode:
     s = d.schema
     q = select([(k, c(k, "i")) for k in s.columns(ctx.cols(nid))], ctx.rel(d, "i"), where)

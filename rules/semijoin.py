@@ -19,9 +19,9 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
 
 
 def probe(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, left_alias: str,
-          right: exp.Expression, right_vals: dict[str, exp.Expression | None]) -> exp.Exists:
+          right: exp.Expr, right_vals: dict[str, exp.Expr | None]) -> exp.Exists:
     """EXISTS (SELECT 1 FROM right WHERE φ(left, right))."""
-    vals: dict[str, exp.Expression | None] = {k: c(k, left_alias) for k in node.left.columns}
+    vals: dict[str, exp.Expr | None] = {k: c(k, left_alias) for k in node.left.columns}
     vals.update({k: right_vals.get(k) for k in node.right.columns})
     bound = ctx.bind(node.predicate, vals)
     assert bound is not None
@@ -29,12 +29,12 @@ def probe(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, left_alias: str,
 
 
 def right_state(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, alias: str
-                ) -> tuple[exp.Expression, dict[str, exp.Expression | None]]:
+                ) -> tuple[exp.Expr, dict[str, exp.Expr | None]]:
     return ctx.state("post", node.right.nid, alias), {k: c(k, alias) for k in node.right.columns}
 
 
 def right_rows(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode, which: str,
-               alias: str) -> tuple[exp.Expression, dict[str, exp.Expression | None]]:
+               alias: str) -> tuple[exp.Expr, dict[str, exp.Expr | None]]:
     """The pre- or post-state rows of r that ``d`` names, from the i-diff when it has φ's
     attributes, else from Input_r (Input_pre ⋉ Δ / Input_post ⋉ Δ)."""
     y = A.referenced(node.predicate) & set(node.right.columns)
@@ -58,7 +58,7 @@ def left_side(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode, nega
             return [ctx.passthrough(d, nid, f"Table 13 {name}: Δu_l on non-conditional "
                                     "attributes passes")]
     src = ctx.rel(d, "i") if s.kind == "ins" else ctx.fetch("post", node.left.nid, d, "i")
-    cond: exp.Expression = probe(ctx, node, "i", *rv)
+    cond: exp.Expr = probe(ctx, node, "i", *rv)
     if negate:
         cond = exp.Not(this=cond)
     q = select([(k, c(k, "i")) for k in node.columns], src, cond)
@@ -72,9 +72,9 @@ def left_side(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode, nega
 
 
 def affected_left(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
-                  which: Sequence[str]) -> exp.Expression:
+                  which: Sequence[str]) -> exp.Expr:
     """l_post rows joining an old (pre) or new (post) row of r that ``d`` names."""
-    parts: list[exp.Expression] = []
+    parts: list[exp.Expr] = []
     for w in which:
         parts.append(probe(ctx, node, "l", *right_rows(ctx, node, d, w, "o")))
     out = parts[0]
@@ -92,7 +92,7 @@ def recompute(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
     lstate = ctx.state("post", node.left.nid, "l")
     dele = ctx.emit("del", nid, ids, select([(k, c(k, "l")) for k in ids], lstate, touched),
                     f"Table 13 {name}: Δ_r → Δ- of the l rows it touches", [d])
-    cond: exp.Expression = probe(ctx, node, "l", *right_state(ctx, node, "o"))
+    cond: exp.Expr = probe(ctx, node, "l", *right_state(ctx, node, "o"))
     if negate:
         cond = exp.Not(this=cond)
     ins = ctx.emit("ins", nid, ids,

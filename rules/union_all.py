@@ -58,8 +58,9 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     carried = {x: node.carry(idx, x) for x in own}  # branch column → its carried ID column
     b = (A.BRANCH, exp.Literal.number(idx))
     info = ctx.info(nid)
+    items: list[tuple[str, exp.Expr]]
     if s.kind == "ins":
-        vals: dict[str, exp.Expression] = {n: c(x, "i") for x, n in pos.items()}
+        vals: dict[str, exp.Expr] = {n: c(x, "i") for x, n in pos.items()}
         vals |= {n: c(x, "i") for x, n in carried.items()}
         items = []
         for k in node.columns:
@@ -69,7 +70,7 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
                 items.append((k, vals[k]))
             else:  # the other branch's carried IDs are NULL (typed, so the insert matches)
                 ty = info.types.get(k)
-                null: exp.Expression = exp.null()
+                null: exp.Expr = exp.null()
                 if ty:
                     null = exp.cast(null, exp.DataType.build(ty, dialect="postgres"))
                 items.append((k, null))

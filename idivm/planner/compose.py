@@ -141,9 +141,9 @@ def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
 
 
 def touches(m_cols: tuple[str, ...], diffs: tuple[DiffNode, ...], alias: str,
-            nullable: frozenset[str], key: tuple[str, ...]) -> exp.Expression:
+            nullable: frozenset[str], key: tuple[str, ...]) -> exp.Expr:
     """The rows of a relation named by any of the i-diffs (by their IDs)."""
-    parts: list[exp.Expression] = []
+    parts: list[exp.Expr] = []
     for d in diffs:
         ids = key if d.schema.kind == "ins" else d.schema.ids
         parts.append(exists(t(d.name, "z"), match([(k, k) for k in ids], alias, "z",
@@ -189,10 +189,10 @@ class Resolver:
         return None
 
     # relations with all of a node's columns
-    def state(self, nid: int, which: str, applied: frozenset[int]) -> exp.Expression:
+    def state(self, nid: int, which: str, applied: frozenset[int]) -> exp.Expr:
         node = self.nodes[nid]
 
-        def leaf(n: A.Node) -> exp.Expression | None:
+        def leaf(n: A.Node) -> exp.Expr | None:
             if n.nid in self.mats and n.nid in applied:
                 return t(self.mats[n.nid].name) if which == "post" else self.cache_pre(n.nid)
             if which == "pre" and isinstance(n, A.Scan):
@@ -201,7 +201,7 @@ class Resolver:
 
         return render(node, leaf, self.types)
 
-    def base_pre(self, scan: A.Scan) -> exp.Expression:
+    def base_pre(self, scan: A.Scan) -> exp.Expr:
         """R_pre = (R minus the changed keys) ∪ the pre-images of the changes."""
         table = self.catalog.table(scan.table)
         key = table.primary_key
@@ -221,7 +221,7 @@ class Resolver:
                        for p, b in zip(scan.cols, scan.base_cols, strict=True)],
                       t(change_table(table.name), "g"), c(flag, "g"))
 
-    def cache_pre(self, nid: int) -> exp.Expression:
+    def cache_pre(self, nid: int) -> exp.Expr:
         m = self.mats[nid]
         kept = select([(k, c(k, "x")) for k in m.columns], t(m.name, "x"),
                       exp.Not(this=exists(t(f"{m.name}__new", "n"),
@@ -230,14 +230,14 @@ class Resolver:
         old = select([(k, c(k, "o")) for k in m.columns], t(f"{m.name}__old", "o"))
         return union_all([kept, old])
 
-    def output(self, nid: int) -> exp.Expression:
+    def output(self, nid: int) -> exp.Expr:
         if nid in self.mats:
             return t(self.mats[nid].name)
         mapping = self.comp.via_root[nid]
         view = self.mats[self.root.nid]
         return select([(k, c(v, "w")) for k, v in mapping.items()], t(view.name, "w"))
 
-    def old_new(self, nid: int, which: str, applied: frozenset[int]) -> exp.Expression:
+    def old_new(self, nid: int, which: str, applied: frozenset[int]) -> exp.Expr:
         node = self.nodes[nid]
         if isinstance(node, A.Scan):
             return self.base_side(node, which)
@@ -250,7 +250,7 @@ class Resolver:
         return select([(k, c(k, "s")) for k in node.columns], src,
                       touches(node.columns, diffs, "s", nullable, info.ids))
 
-    def fetch(self, which: str, nid: int, diff: str, applied: frozenset[int]) -> exp.Expression:
+    def fetch(self, which: str, nid: int, diff: str, applied: frozenset[int]) -> exp.Expr:
         node = self.nodes[nid]
         d = self.dag.diffs[diff]
         info = self.infos[nid]
@@ -260,14 +260,14 @@ class Resolver:
         return select([(k, c(k, "s")) for k in node.columns], src,
                       exists(t(diff, "z"), match([(k, k) for k in ids], "s", "z", nullable)))
 
-    def resolve(self, q: exp.Expression, applied: frozenset[int],
-                rewrite_fetch: Callable[[str, int, DiffNode], exp.Expression | None]
-                ) -> exp.Expression:
-        def sub(n: exp.Expression) -> exp.Expression:
+    def resolve(self, q: exp.Expr, applied: frozenset[int],
+                rewrite_fetch: Callable[[str, int, DiffNode], exp.Expr | None]
+                ) -> exp.Expr:
+        def sub(n: exp.Expr) -> exp.Expr:
             if not isinstance(n, exp.Table):
                 return n
             alias = n.alias
-            rel: exp.Expression | None = None
+            rel: exp.Expr | None = None
             m = PLACEHOLDER.match(n.name)
             f = FETCH.match(n.name)
             if m:

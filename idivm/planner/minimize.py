@@ -24,16 +24,16 @@ from idivm.planner.model import DiffNode, post_name, pre_name
 from idivm.planner.ruleapi import c, select, subquery, t
 from idivm.script import Apply, Compute, Statement
 
-FetchRewrite = Callable[[str, A.Node, DiffNode], "exp.Expression | None"]
+FetchRewrite = Callable[[str, A.Node, DiffNode], "exp.Expr | None"]
 
 
-def c1_insert(which: str, node: A.Node, d: DiffNode) -> exp.Expression | None:
+def c1_insert(which: str, node: A.Node, d: DiffNode) -> exp.Expr | None:
     if which == "post" and d.schema.kind == "ins":
         return select([(k, c(k, "z")) for k in node.columns], t(d.name, "z"))
     return None
 
 
-def c3_full_update(which: str, node: A.Node, d: DiffNode) -> exp.Expression | None:
+def c3_full_update(which: str, node: A.Node, d: DiffNode) -> exp.Expr | None:
     s = d.schema
     if which == "post" and s.kind == "upd" and set(node.columns) <= set(s.ids) | set(s.post):
         return select([(k, c(k if k in s.ids else post_name(k), "z")) for k in node.columns],
@@ -41,13 +41,13 @@ def c3_full_update(which: str, node: A.Node, d: DiffNode) -> exp.Expression | No
     return None
 
 
-def c2_base_delete(which: str, node: A.Node, d: DiffNode) -> exp.Expression | None:
+def c2_base_delete(which: str, node: A.Node, d: DiffNode) -> exp.Expr | None:
     if which == "post" and d.schema.kind == "del" and isinstance(node, A.Scan):
         return select([(k, c(k, "z")) for k in node.columns], t(d.name, "z"), exp.false())
     return None
 
 
-def pre_images(which: str, node: A.Node, d: DiffNode) -> exp.Expression | None:
+def pre_images(which: str, node: A.Node, d: DiffNode) -> exp.Expr | None:
     s = d.schema
     if which == "pre" and s.kind in ("del", "upd") and set(node.columns) <= set(s.ids) | set(
             s.pre):
@@ -61,8 +61,8 @@ FETCH_REWRITES: tuple[FetchRewrite, ...] = (c1_insert, c3_full_update, c2_base_d
 
 
 def rewrite_fetch(nodes: Mapping[int, A.Node]) -> Callable[[str, int, DiffNode],
-                                                           exp.Expression | None]:
-    def go(which: str, nid: int, d: DiffNode) -> exp.Expression | None:
+                                                           exp.Expr | None]:
+    def go(which: str, nid: int, d: DiffNode) -> exp.Expr | None:
         for rw in FETCH_REWRITES:
             out = rw(which, nodes[nid], d)
             if out is not None:
@@ -94,7 +94,7 @@ def inline_single_use(stmts: Sequence[Statement]) -> list[Statement]:
             if not isinstance(reader, Compute) or reader.phase != "idiff":
                 continue
 
-            def sub(n: exp.Expression, s: Compute = s) -> exp.Expression:
+            def sub(n: exp.Expr, s: Compute = s) -> exp.Expr:
                 if isinstance(n, exp.Table) and n.name == s.name:
                     return subquery(s.query.copy(), n.alias or s.name)
                 return n
@@ -117,3 +117,83 @@ def drop_unread(stmts: Sequence[Statement]) -> list[Statement]:
         if len(keep) == len(out):
             return keep
         out = keep
+
+
+def _simple(q: exp.Expr) -> bool:
+    return isinstance(q, exp.Select) and not any(
+        q.args.get(k) for k in ("group", "having", "distinct", "limit", "order", "qualify",
+                                "with_", "with")) and not any(
+        isinstance(p.unalias(), exp.AggFunc) or p.find(exp.AggFunc, exp.Window)
+        for p in q.expressions)
+
+
+def merge_subquery(q: exp.Expr) -> exp.Expr:
+    """SELECT f(s.x) … FROM (SELECT g AS x … FROM R WHERE p) AS s WHERE w
+    → SELECT f(g) … FROM R WHERE p AND w[s.x := g]   (composition of two rules' queries)."""
+    if not isinstance(q, exp.Select) or q.args.get("joins") or q.args.get("group") or \
+            q.args.get("having"):
+        return q
+    from_ = q.args.get("from_")
+    src = from_.this if from_ is not None else None
+    if not isinstance(src, exp.Subquery) or not _simple(src.this):
+        return q
+    inner = src.this
+    alias = src.alias
+    defs = {p.alias_or_name: p.unalias() for p in inner.expressions}
+    inside = {id(n) for n in src.walk()}
+    # nested scopes of the outer query must not bind the aliases the merged expressions use
+    bound = {n.alias for n in q.find_all(exp.Table, exp.Subquery) if id(n) not in inside}
+    used = {c.table for e in defs.values() for c in e.find_all(exp.Column)} | {alias}
+    used |= {inner.args["from_"].this.alias} if inner.args.get("from_") else set()
+    if bound & used:
+        return q
+    for col in q.find_all(exp.Column):
+        if id(col) in inside:
+            continue
+        if not col.table or (col.table == alias and col.name not in defs):
+            return q  # unqualified references would lose their source
+
+    def sub(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Column) and n.table == alias and id(n) not in inside:
+            e = defs[n.name].copy()
+            return exp.paren(e) if isinstance(e, exp.Binary | exp.Not | exp.Predicate) else e
+        return n
+
+    out = inner.copy()
+    out.set("expressions", [exp.alias_(p.unalias().copy().transform(sub),
+                                       exp.to_identifier(p.alias_or_name, quoted=True))
+                            for p in q.expressions])
+    where = q.args.get("where")
+    if where is not None:
+        out = out.where(where.this.copy().transform(sub))
+    if q.args.get("distinct"):
+        out = out.distinct()
+    return out
+
+
+def merge_projections(q: exp.Expr) -> exp.Expr:
+    """Apply ``merge_subquery`` bottom-up until nothing changes."""
+    def go(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Select):
+            before = None
+            while before is not n:
+                before = n
+                n = merge_subquery(n)
+        return n
+
+    return q.transform(go)  # sqlglot visits parents before children: repeat to a fixpoint
+
+
+def compose_queries(stmts: Sequence[Statement]) -> list[Statement]:
+    out: list[Statement] = []
+    for s in stmts:
+        if isinstance(s, Compute):
+            q = s.query
+            for _ in range(8):
+                new = merge_projections(q)
+                if new.sql() == q.sql():
+                    break
+                q = new
+            s = Compute(s.name, q, s.comment, s.phase)
+        out.append(s)
+    return out

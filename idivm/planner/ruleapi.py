@@ -105,8 +105,8 @@ def t(name: str, alias: str | None = None) -> exp.Table:
                       alias=exp.to_identifier(alias, quoted=True) if alias else None)
 
 
-def select(items: Sequence[tuple[str, exp.Expression]], from_: exp.Expression,
-           where: exp.Expression | None = None, distinct: bool = False) -> exp.Select:
+def select(items: Sequence[tuple[str, exp.Expr]], from_: exp.Expr,
+           where: exp.Expr | None = None, distinct: bool = False) -> exp.Select:
     q = exp.select(*[exp.alias_(e, exp.to_identifier(n, quoted=True)) for n, e in items])
     q = q.from_(from_)
     if where is not None:
@@ -116,24 +116,24 @@ def select(items: Sequence[tuple[str, exp.Expression]], from_: exp.Expression,
     return q
 
 
-def is_true(p: exp.Expression) -> exp.Expression:
+def is_true(p: exp.Expr) -> exp.Expr:
     """φ IS TRUE: a NULL condition counts as false, as in WHERE."""
     return exp.Is(this=exp.paren(p), expression=exp.true())
 
 
-def not_true(p: exp.Expression) -> exp.Expression:
+def not_true(p: exp.Expr) -> exp.Expr:
     return exp.Not(this=is_true(p))
 
 
-def and_all(parts: Sequence[exp.Expression]) -> exp.Expression:
+def and_all(parts: Sequence[exp.Expr]) -> exp.Expr:
     out = A.conjoin(list(parts))
     return out if out is not None else exp.true()
 
 
 def match(pairs: Sequence[tuple[str, str]], left: str, right: str,
-          nullable: Mapping[str, bool] | None = None) -> exp.Expression:
+          nullable: Mapping[str, bool] | None = None) -> exp.Expr:
     """left.a = right.b for each pair (null-safe where the left column may be NULL)."""
-    parts: list[exp.Expression] = []
+    parts: list[exp.Expr] = []
     for a, b in pairs:
         la, rb = c(a, left), c(b, right)
         if nullable and nullable.get(a, False):
@@ -145,18 +145,18 @@ def match(pairs: Sequence[tuple[str, str]], left: str, right: str,
     return and_all(parts)
 
 
-def exists(from_: exp.Expression, where: exp.Expression) -> exp.Exists:
+def exists(from_: exp.Expr, where: exp.Expr) -> exp.Exists:
     return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(from_).where(where))
 
 
-def union_all(queries: Sequence[exp.Select]) -> exp.Expression:
-    out: exp.Expression = queries[0]
+def union_all(queries: Sequence[exp.Select]) -> exp.Expr:
+    out: exp.Expr = queries[0]
     for q in queries[1:]:
         out = exp.union(out, q, distinct=False)
     return out
 
 
-def subquery(q: exp.Expression, alias: str) -> exp.Subquery:
+def subquery(q: exp.Expr, alias: str) -> exp.Subquery:
     return exp.Subquery(this=q, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
 
 
@@ -208,7 +208,7 @@ class RuleContext:
 
     # values of an input diff's row
     @staticmethod
-    def pre_val(d: DiffNode, col: str, alias: str) -> exp.Expression | None:
+    def pre_val(d: DiffNode, col: str, alias: str) -> exp.Expr | None:
         s = d.schema
         if col in s.ids:
             return c(col, alias)
@@ -219,7 +219,7 @@ class RuleContext:
         return None
 
     @staticmethod
-    def post_val(d: DiffNode, col: str, alias: str) -> exp.Expression | None:
+    def post_val(d: DiffNode, col: str, alias: str) -> exp.Expr | None:
         s = d.schema
         if s.kind == "ins":
             return c(col, alias)
@@ -229,18 +229,18 @@ class RuleContext:
             return c(post_name(col), alias)
         return None
 
-    def bind(self, pred: exp.Expression, values: Mapping[str, exp.Expression | None]
-             ) -> exp.Expression | None:
+    def bind(self, pred: exp.Expr, values: Mapping[str, exp.Expr | None]
+             ) -> exp.Expr | None:
         """φ with each column replaced by its value; None when some value is unknown."""
         needed = A.referenced(pred)
         if any(values.get(n) is None for n in needed):
             return None
         return A.rename_columns(pred, {n: v for n, v in values.items() if v is not None})
 
-    def pre_values(self, d: DiffNode, alias: str) -> dict[str, exp.Expression | None]:
+    def pre_values(self, d: DiffNode, alias: str) -> dict[str, exp.Expr | None]:
         return {x: self.pre_val(d, x, alias) for x in self.cols(d.schema.nid)}
 
-    def post_values(self, d: DiffNode, alias: str) -> dict[str, exp.Expression | None]:
+    def post_values(self, d: DiffNode, alias: str) -> dict[str, exp.Expr | None]:
         return {x: self.post_val(d, x, alias) for x in self.cols(d.schema.nid)}
 
     def passthrough(self, d: DiffNode, nid: int, rule: str, alias: str = "i") -> DiffNode:
@@ -251,7 +251,7 @@ class RuleContext:
         return self.emit(s.kind, nid, s.ids, q, rule, [d], s.pre, s.post)
 
     def ids_only_delete(self, d: DiffNode, nid: int, rule: str, ids: Sequence[str] | None = None,
-                        alias: str = "i", where: exp.Expression | None = None) -> DiffNode:
+                        alias: str = "i", where: exp.Expr | None = None) -> DiffNode:
         """Δ-(I') naming every row the input diff names (an overestimate, fixed by a Δ+)."""
         key = tuple(ids if ids is not None else d.schema.ids)
         q = select([(x, c(x, alias)) for x in key], self.rel(d, alias), where, distinct=True)

@@ -274,13 +274,20 @@ class PostgresMaintainer:
                 if name is not None and vname != name:
                     continue
                 p = self.plan_of(vname)
-                pending = {t: changelog.max_seq(self.conn, self.schema, t)
-                           - changelog.watermark(self.conn, self.schema, t, vname)
-                           for t in p.tables}
+                pending = {t: self._pending(t, vname) for t in p.tables}
                 out.append({"view": vname, "created": str(created), "last_maintained":
                             str(last) if last else None, "runs": runs,
                             "pending_log_rows": pending})
         return out
+
+
+    def _pending(self, table: str, view: str) -> int:
+        """Logged changes of ``table`` that ``view`` has not consumed yet."""
+        mark = changelog.watermark(self.conn, self.schema, table, view)
+        row = self.conn.execute(
+            f"SELECT count(*) FROM {qq(self.companion, changelog.log_table_name(table))} "
+            f"WHERE {q('__seq')} > %s", (mark,)).fetchone()
+        return int(row[0]) if row else 0
 
 
 def _redact(dsn: str) -> str:

@@ -1,0 +1,1 @@
+"""Benchmarks of idivm itself (``idivm bench ...``)."""

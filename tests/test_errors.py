@@ -1,0 +1,115 @@
+"""Bad input: a clear error naming the problem, and nothing installed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import idivm
+from idivm.errors import BackendError, CatalogError, UnsupportedSQL
+from idivm.postgres import PostgresMaintainer
+from idivm.scripts_out import PAPER_DDL
+
+DDL = PAPER_DDL + "CREATE TABLE nokey (a INT, b INT);"
+CAT = idivm.Catalog.from_ddl(DDL)
+
+REFUSED = [
+    ("SELECT p.pid FROM parts p LEFT JOIN devices_parts dp ON dp.pid = p.pid", "LEFT JOIN"),
+    ("SELECT p.pid FROM parts p FULL OUTER JOIN devices_parts dp ON dp.pid = p.pid", "JOIN"),
+    ("SELECT pid, rank() OVER (ORDER BY price) FROM parts", "window function"),
+    ("SELECT pid FROM parts ORDER BY pid", "ORDER BY"),
+    ("SELECT pid FROM parts LIMIT 3", "LIMIT"),
+    ("SELECT pid, now() AS t FROM parts", "CURRENT_TIMESTAMP"),
+    ("SELECT pid, clock_timestamp() AS t FROM parts", "clock_timestamp"),
+    ("SELECT pid FROM parts WHERE price > random()", "RAND"),
+    ("SELECT pid, (SELECT max(price) FROM parts q WHERE q.pid = p.pid) AS m FROM parts p",
+     "scalar subquery"),
+    ("SELECT p.pid FROM parts p WHERE p.price > (SELECT avg(price) FROM parts)",
+     "scalar subquery"),
+    ("SELECT count(DISTINCT price) FROM parts", "COUNT(DISTINCT)"),
+    ("SELECT string_agg(pid, ',') FROM parts", "aggregate"),
+    ("SELECT pid FROM parts EXCEPT ALL SELECT pid FROM devices_parts", "EXCEPT ALL"),
+    ("SELECT a FROM nokey", "without a primary key"),
+    ("SELECT p.pid FROM parts p WHERE p.price NOT IN (SELECT a FROM nokey)",
+     "without a primary key"),
+    ("SELECT did FROM devices WHERE category NOT IN (SELECT category FROM devices d2)",
+     "nullable"),
+    ("SELECT pid FROM parts; SELECT did FROM devices", "multiple statements"),
+    ("DELETE FROM parts", "DELETE"),
+]
+
+
+@pytest.mark.parametrize("view,construct", REFUSED, ids=[c for _, c in REFUSED])
+def test_unsupported_sql_names_the_construct(view: str, construct: str) -> None:
+    with pytest.raises(UnsupportedSQL) as err:
+        idivm.plan(view, CAT)
+    assert construct.lower() in str(err.value).lower()
+
+
+def test_keyless_table_error_names_it() -> None:
+    with pytest.raises(UnsupportedSQL, match="nokey"):
+        idivm.plan("SELECT a, b FROM nokey", CAT)
+
+
+def test_unknown_table_and_column() -> None:
+    with pytest.raises(CatalogError, match="nosuch"):
+        idivm.plan("SELECT x FROM nosuch", CAT)
+    with pytest.raises(UnsupportedSQL):
+        idivm.plan("SELECT nosuchcol FROM parts", CAT)
+
+
+def test_bad_changes_argument() -> None:
+    with pytest.raises(idivm.IdivmError, match="modification type"):
+        idivm.plan("SELECT pid FROM parts", CAT, changes={"parts": ["upsert"]})
+    with pytest.raises(idivm.IdivmError, match="does not read"):
+        idivm.plan("SELECT pid FROM parts", CAT, changes={"devices": ["insert"]})
+
+
+def test_bad_dsn_says_so() -> None:
+    with pytest.raises(BackendError, match="cannot connect"):
+        PostgresMaintainer("postgresql://postgres@127.0.0.1:1/nosuchdb")
+
+
+def test_refused_view_installs_nothing(pg_dsn: str, pg_schema: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
+        for stmt in CAT.ddl():
+            conn.execute(stmt)
+        with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
+            for view, _ in REFUSED[:4]:
+                with pytest.raises(UnsupportedSQL):
+                    m.create_view("bad", view)
+        assert _objects(conn, pg_schema) == {"devices", "parts", "devices_parts", "nokey"}
+        assert _objects(conn, f"{pg_schema}__idivm") == set()
+        assert _triggers(conn, pg_schema) == 0
+
+
+def test_failed_create_view_rolls_back(pg_dsn: str, pg_schema: str) -> None:
+    """A name clash found inside the transaction leaves no caches, logs or triggers."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
+        for stmt in CAT.ddl():
+            conn.execute(stmt)
+        conn.execute("CREATE TABLE taken (x INT)")
+        with PostgresMaintainer(pg_dsn, schema=pg_schema) as m, pytest.raises(
+                BackendError, match="already exists"):
+            m.create_view("taken", "SELECT did, count(*) AS n FROM devices_parts GROUP BY did")
+        assert _objects(conn, f"{pg_schema}__idivm") == set()
+        assert _triggers(conn, pg_schema) == 0
+
+
+def _triggers(conn: psycopg.Connection[Any], schema: str) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+        "AND NOT t.tgisinternal", (schema,)).fetchone()
+    return int(row[0]) if row else -1
+
+
+def _objects(conn: psycopg.Connection[Any], schema: str) -> set[str]:
+    return {r[0] for r in conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'v')", (schema,)).fetchall()}

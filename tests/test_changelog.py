@@ -61,7 +61,9 @@ def create(conn: psycopg.Connection, schema: str, table: Table) -> None:
         for c in table.columns
     ]
     # DEFERRABLE: checked at statement end, so one UPDATE can swap the keys of two rows.
-    pk = sql.SQL("PRIMARY KEY ({}) DEFERRABLE").format(sql.SQL(", ").join(map(ident, table.primary_key)))
+    pk = sql.SQL("PRIMARY KEY ({}) DEFERRABLE").format(
+        sql.SQL(", ").join(map(ident, table.primary_key))
+    )
     conn.execute(
         sql.SQL("CREATE TABLE {} ({})").format(
             ident(schema, table.name), sql.SQL(", ").join([*cols, pk])
@@ -84,7 +86,7 @@ def fold(
         cur = conn.execute('SELECT * FROM "changes"')
         assert cur.description is not None
         names = [d.name for d in cur.description]
-        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
         if advance:
             cl.set_watermark(conn, schema, table.name, view, upto)
     return rows
@@ -144,14 +146,22 @@ def test_logging_order(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
     assert cl.watermark(conn, s, t.name, "v") == 0 == cl.max_seq(conn, s, t.name)
 
     conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x'), (2, NULL)").format(base))
-    conn.execute(sql.SQL('UPDATE {} SET "a b" = coalesce("a b", \'\') || \'!\'').format(base))
+    conn.execute(sql.SQL("UPDATE {} SET \"a b\" = coalesce(\"a b\", '') || '!'").format(base))
     conn.execute(sql.SQL("DELETE FROM {} WHERE k = 1").format(base))
     rows = [r[1:] for r in log_rows(conn, s, t)]
     assert rows[:2] == [("I", 1, "x"), ("I", 2, None)]
     upd = rows[2:8]
     assert [r[0] for r in upd] == ["D"] * 3 + ["I"] * 3
-    assert sorted(upd[:3], key=lambda r: r[1]) == [("D", 0, "before"), ("D", 1, "x"), ("D", 2, None)]
-    assert sorted(upd[3:], key=lambda r: r[1]) == [("I", 0, "before!"), ("I", 1, "x!"), ("I", 2, "!")]
+    assert sorted(upd[:3], key=lambda r: r[1]) == [
+        ("D", 0, "before"),
+        ("D", 1, "x"),
+        ("D", 2, None),
+    ]
+    assert sorted(upd[3:], key=lambda r: r[1]) == [
+        ("I", 0, "before!"),
+        ("I", 1, "x!"),
+        ("I", 2, "!"),
+    ]
     assert rows[8:] == [("D", 1, "x!")]
     assert cl.max_seq(conn, s, t.name) == log_rows(conn, s, t)[-1][0]
 
@@ -177,9 +187,7 @@ T_RAND = Table(
 )
 
 
-def _random_statement(
-    rng: random.Random, conn: psycopg.Connection, base: sql.Composable
-) -> None:
+def _random_statement(rng: random.Random, conn: psycopg.Connection, base: sql.Composable) -> None:
     existing = conn.execute(sql.SQL("SELECT k1, k2 FROM {}").format(base)).fetchall()
     keys = set(existing)
 
@@ -192,15 +200,20 @@ def _random_statement(
     def val_c() -> str | None:
         return rng.choice([None, "1.50", "2.00", f"{rng.randint(0, 999) / 100:.2f}"])
 
+    free = sorted({(k1, k2) for k1 in range(8) for k2 in "pqrst"} - keys)
+
     def fresh_key() -> tuple[int, str]:
-        while True:
-            k = (rng.randint(0, 7), rng.choice("pqrs"))
-            if k not in keys:
-                return k
+        return rng.choice(free)
 
     kind = rng.choice(
-        ["insert", "insert", "delete", "update", "update", "rekey", "swap", "multi", "ins_del"]
+        ["insert", "insert", "delete", "delete", "update", "update", "rekey", "swap", "multi"]
+        + ["ins_del"]
     )
+    # Keep the table around half full so every kind keeps finding rows and free keys.
+    if kind == "insert" and len(existing) > 20:
+        kind = "delete"
+    elif kind == "delete" and len(existing) < 10:
+        kind = "insert"
     if kind in ("insert", "ins_del") or not existing:
         k = fresh_key()
         conn.execute(
@@ -222,7 +235,9 @@ def _random_statement(
     elif kind == "rekey":
         new = fresh_key()
         conn.execute(
-            sql.SQL("UPDATE {} SET k1 = %s, k2 = %s, a = %s WHERE k1 = %s AND k2 = %s").format(base),
+            sql.SQL("UPDATE {} SET k1 = %s, k2 = %s, a = %s WHERE k1 = %s AND k2 = %s").format(
+                base
+            ),
             (*new, val_a(), *k),
         )
     elif kind == "swap":
@@ -240,9 +255,9 @@ def _random_statement(
         )
     else:  # multi-row statement, sometimes a no-op on some rows
         conn.execute(
-            sql.SQL("UPDATE {} SET b = CASE WHEN b IS NULL THEN %s ELSE b END WHERE k1 = %s").format(
-                base
-            ),
+            sql.SQL(
+                "UPDATE {} SET b = CASE WHEN b IS NULL THEN %s ELSE b END WHERE k1 = %s"
+            ).format(base),
             (val_b(), k[0]),
         )
 
@@ -257,9 +272,9 @@ def test_random_sequence_fold_reproduces_post_state(
     rng = random.Random(seed)
     for k1 in range(4):
         conn.execute(
-            sql.SQL("INSERT INTO {} VALUES (%s, 1, 'p', 'x', 1.5), (%s, NULL, 'q', NULL, NULL)").format(
-                base
-            ),
+            sql.SQL(
+                "INSERT INTO {} VALUES (%s, 1, 'p', 'x', 1.5), (%s, NULL, 'q', NULL, NULL)"
+            ).format(base),
             (k1, k1),
         )
     cl.install(conn, s, t, "whole")
@@ -275,24 +290,35 @@ def test_random_sequence_fold_reproduces_post_state(
     assert kinds == {"D", "I"}
 
     whole = dict(pre)
-    apply_changes(whole, t, fold(conn, s, t, "whole"))
+    changes = fold(conn, s, t, "whole")
+    apply_changes(whole, t, changes)
     assert whole == snapshot(conn, s, t)
+    # The sequence is rich enough to produce deletes, inserts and updates once folded.
+    assert {(c["__has_pre"], c["__has_post"]) for c in changes} == {
+        (True, False),
+        (False, True),
+        (True, True),
+    }
 
 
 def test_fold_drops_no_op_changes(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
     conn, s = _cl_conn, _cl_schema
     t = Table(
         name="n",
-        columns=(Column("k", "integer", False), Column("a", "text", True), Column("b", "int", True)),
+        columns=(
+            Column("k", "integer", False),
+            Column("a", "text", True),
+            Column("b", "int", True),
+        ),
         primary_key=("k",),
         foreign_keys=(),
     )
     create(conn, s, t)
     base = ident(s, t.name)
     conn.execute(
-        sql.SQL("INSERT INTO {} VALUES (1, 'x', 1), (2, NULL, NULL), (3, NULL, 3), (4, 'y', 4)").format(
-            base
-        )
+        sql.SQL(
+            "INSERT INTO {} VALUES (1, 'x', 1), (2, NULL, NULL), (3, NULL, 3), (4, 'y', 4)"
+        ).format(base)
     )
     cl.install(conn, s, t, "v")
     conn.execute(sql.SQL("UPDATE {} SET a = a, b = b").format(base))  # all rows, no change
@@ -319,7 +345,9 @@ def test_fold_drops_no_op_changes(_cl_conn: psycopg.Connection, _cl_schema: str)
 
 def test_fold_key_only_table(_cl_conn: psycopg.Connection, _cl_schema: str) -> None:
     conn, s = _cl_conn, _cl_schema
-    t = Table(name="k", columns=(Column("k", "integer", False),), primary_key=("k",), foreign_keys=())
+    t = Table(
+        name="k", columns=(Column("k", "integer", False),), primary_key=("k",), foreign_keys=()
+    )
     create(conn, s, t)
     base = ident(s, t.name)
     conn.execute(sql.SQL("INSERT INTO {} VALUES (1), (2)").format(base))
@@ -415,17 +443,28 @@ def test_reserved_column_refused(_cl_conn: psycopg.Connection, _cl_schema: str) 
         primary_key=("k",),
         foreign_keys=(),
     )
-    create(conn, s, t)
-    with pytest.raises(CatalogError):
+    with pytest.raises(CatalogError, match="does not exist"):
         cl.install(conn, s, t, "v")
+    create(conn, s, t)
+    with pytest.raises(CatalogError, match="reserved"):
+        cl.install(conn, s, t, "v")
+    assert conn.execute("SELECT to_regnamespace(%s)", (f"{s}__idivm",)).fetchone() == (None,)
 
 
 def test_fold_query_shape_and_spark_rendering() -> None:
     log = exp.Table(this=exp.to_identifier("log__r", quoted=True), db=exp.to_identifier("x"))
     q = cl.fold_query(T_RAND, log, 3, 10)
     assert q.named_selects == [
-        "k1", "k2", "a__pre", "b__pre", "c__pre", "a__post", "b__post", "c__post",
-        "__has_pre", "__has_post",
+        "k1",
+        "k2",
+        "a__pre",
+        "b__pre",
+        "c__pre",
+        "a__post",
+        "b__post",
+        "c__post",
+        "__has_pre",
+        "__has_post",
     ]
     spark = q.sql("spark")
     assert "ROW_NUMBER() OVER" in spark and "DISTINCT" not in spark.upper()

@@ -113,3 +113,18 @@ def _objects(conn: psycopg.Connection[Any], schema: str) -> set[str]:
     return {r[0] for r in conn.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relkind IN ('r', 'v')", (schema,)).fetchall()}
+
+
+def test_key_value_dsn_works(pg_dsn: str, pg_schema: str) -> None:
+    """A libpq key=value DSN is accepted (reflection converts it to a URL)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    kv = make_conninfo(**{k: v for k, v in conninfo_to_dict(pg_dsn).items() if v is not None})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
+        for stmt in CAT.ddl():
+            conn.execute(stmt)
+    with PostgresMaintainer(kv, schema=pg_schema) as m:
+        m.create_view("n", "SELECT count(*) AS n FROM parts")
+        m.maintain("n")
+        m.drop_view("n")

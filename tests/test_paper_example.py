@@ -14,7 +14,7 @@ from sqlglot import exp
 
 import idivm
 from idivm.postgres import PostgresMaintainer
-from idivm.scripts_out import PAPER_DDL, V, V_PRIME, generated
+from idivm.scripts_out import PAPER_DDL, V_PRIME, V, generated
 
 PRICE_ONLY = {"parts": ["update:price"]}
 

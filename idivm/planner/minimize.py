@@ -174,11 +174,10 @@ def merge_subquery(q: exp.Expr) -> exp.Expr:
 def merge_projections(q: exp.Expr) -> exp.Expr:
     """Apply ``merge_subquery`` bottom-up until nothing changes."""
     def go(n: exp.Expr) -> exp.Expr:
-        if isinstance(n, exp.Select):
-            before = None
-            while before is not n:
-                before = n
-                n = merge_subquery(n)
+        before: exp.Expr | None = None
+        while isinstance(n, exp.Select) and before is not n:
+            before = n
+            n = merge_subquery(n)
         return n
 
     return q.transform(go)  # sqlglot visits parents before children: repeat to a fixpoint

@@ -15,6 +15,12 @@ from idivm.catalog import Table
 from idivm.errors import BackendError, CatalogError
 
 __all__ = [
+    "HAS_POST",
+    "HAS_PRE",
+    "OP",
+    "OP_DELETE",
+    "OP_INSERT",
+    "SEQ",
     "companion_schema",
     "fold_into_temp",
     "fold_query",
@@ -100,14 +106,16 @@ def _registry_ref(schema: str) -> str:
 def _column_types(conn: psycopg.Connection, schema: str, table: Table) -> list[tuple[str, str]]:
     # Types come from the server so the log matches the base table exactly (typmods, domains,
     # enums, arrays); format_type returns them already quoted where needed.
+    found = conn.execute("SELECT to_regclass(%s)", (_qualified(schema, table.name),)).fetchone()
+    if found is None or found[0] is None:
+        raise CatalogError(f"table {schema}.{table.name} does not exist")
     rows = conn.execute(
         """
         SELECT a.attname, format_type(a.atttypid, a.atttypmod)
         FROM pg_attribute a
-        WHERE a.attrelid = (quote_ident(%s) || '.' || quote_ident(%s))::regclass
-          AND a.attnum > 0 AND NOT a.attisdropped
+        WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
         """,
-        (schema, table.name),
+        (_qualified(schema, table.name),),
     ).fetchall()
     types = {name: typ for name, typ in rows}
     missing = [c for c in table.column_names if c not in types]
@@ -134,9 +142,7 @@ def _dollar_quote(body: str) -> str:
 
 
 def _function_bodies(schema: str, table: Table) -> dict[str, str]:
-    log = exp.Table(
-        this=_ident(log_table_name(table.name)), db=_ident(companion_schema(schema))
-    )
+    log = exp.Table(this=_ident(log_table_name(table.name)), db=_ident(companion_schema(schema)))
     cols = list(table.column_names)
     ins_new = _log_insert(log, cols, OP_INSERT, _NEW_ROWS)
     ins_old = _log_insert(log, cols, OP_DELETE, _OLD_ROWS)
@@ -304,11 +310,12 @@ def prune(conn: psycopg.Connection, schema: str, table_name: str) -> int:
 # --------------------------------------------------------------------------- folding
 
 
-def _null_safe_eq(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+def _null_safe_eq(a: exp.Expr, b: exp.Expr) -> exp.Expr:
     # Never NULL (unlike `a = b OR (a IS NULL AND b IS NULL)`), so NOT(...) stays two-valued.
     # IS NOT DISTINCT FROM is avoided: sqlglot does not render it as <=> for Spark.
-    both_null = exp.and_(exp.Is(this=a.copy(), expression=exp.Null()),
-                         exp.Is(this=b.copy(), expression=exp.Null()))
+    both_null = exp.and_(
+        exp.Is(this=a.copy(), expression=exp.Null()), exp.Is(this=b.copy(), expression=exp.Null())
+    )
     both_equal = exp.and_(
         exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null())),
         exp.Not(this=exp.Is(this=b.copy(), expression=exp.Null())),
@@ -317,7 +324,7 @@ def _null_safe_eq(a: exp.Expression, b: exp.Expression) -> exp.Expression:
     return exp.or_(exp.paren(both_null), exp.paren(both_equal))
 
 
-def fold_query(table: Table, log: exp.Expression, since: int, upto: int) -> exp.Select:
+def fold_query(table: Table, log: exp.Expr, since: int, upto: int) -> exp.Select:
     """Effective changes per key in the log rows with ``since < __seq <= upto``.
 
     Columns: key columns, ``c__pre`` per non-key column, ``c__post`` per non-key column,
@@ -328,28 +335,34 @@ def fold_query(table: Table, log: exp.Expression, since: int, upto: int) -> exp.
         raise CatalogError(f"table {table.name} has no primary key")
     others = list(table.non_key_columns)
 
-    def window(func: exp.Expression, desc: bool) -> exp.Window:
+    def window(func: exp.Expr, desc: bool) -> exp.Window:
         order = exp.Order(expressions=[exp.Ordered(this=_col(SEQ), desc=desc)])
         return exp.Window(this=func, partition_by=[_col(k) for k in keys], order=order)
 
     first_op, last_op, rn = "__idivm_first_op", "__idivm_last_op", "__idivm_rn"
-    inner = exp.select(
-        *[_col(k) for k in keys],
-        exp.alias_(window(exp.RowNumber(), False), rn, quoted=True),
-        exp.alias_(window(exp.FirstValue(this=_col(OP)), False), first_op, quoted=True),
-        exp.alias_(window(exp.FirstValue(this=_col(OP)), True), last_op, quoted=True),
-        *[
-            exp.alias_(window(exp.FirstValue(this=_col(c)), False), f"__idivm_f{i}", quoted=True)
-            for i, c in enumerate(others)
-        ],
-        *[
-            exp.alias_(window(exp.FirstValue(this=_col(c)), True), f"__idivm_l{i}", quoted=True)
-            for i, c in enumerate(others)
-        ],
-    ).from_(log.copy()).where(
-        exp.and_(
-            exp.GT(this=_col(SEQ), expression=exp.Literal.number(since)),
-            exp.LTE(this=_col(SEQ), expression=exp.Literal.number(upto)),
+    inner = (
+        exp.select(
+            *[_col(k) for k in keys],
+            exp.alias_(window(exp.RowNumber(), False), rn, quoted=True),
+            exp.alias_(window(exp.FirstValue(this=_col(OP)), False), first_op, quoted=True),
+            exp.alias_(window(exp.FirstValue(this=_col(OP)), True), last_op, quoted=True),
+            *[
+                exp.alias_(
+                    window(exp.FirstValue(this=_col(c)), False), f"__idivm_f{i}", quoted=True
+                )
+                for i, c in enumerate(others)
+            ],
+            *[
+                exp.alias_(window(exp.FirstValue(this=_col(c)), True), f"__idivm_l{i}", quoted=True)
+                for i, c in enumerate(others)
+            ],
+        )
+        .from_(log.copy())
+        .where(
+            exp.and_(
+                exp.GT(this=_col(SEQ), expression=exp.Literal.number(since)),
+                exp.LTE(this=_col(SEQ), expression=exp.Literal.number(upto)),
+            )
         )
     )
 
@@ -357,7 +370,7 @@ def fold_query(table: Table, log: exp.Expression, since: int, upto: int) -> exp.
     has_pre = exp.EQ(this=_col(first_op, sub), expression=exp.Literal.string(OP_DELETE))
     has_post = exp.EQ(this=_col(last_op, sub), expression=exp.Literal.string(OP_INSERT))
 
-    def image(prefix: str, cond: exp.Expression, suffix: str) -> list[exp.Expression]:
+    def image(prefix: str, cond: exp.Expr, suffix: str) -> list[exp.Expr]:
         return [
             exp.alias_(
                 exp.Case(ifs=[exp.If(this=cond.copy(), true=_col(f"{prefix}{i}", sub))]),
@@ -370,7 +383,10 @@ def fold_query(table: Table, log: exp.Expression, since: int, upto: int) -> exp.
     unchanged = exp.and_(
         has_pre.copy(),
         has_post.copy(),
-        *[_null_safe_eq(_col(f"__idivm_f{i}", sub), _col(f"__idivm_l{i}", sub)) for i in range(len(others))],
+        *[
+            _null_safe_eq(_col(f"__idivm_f{i}", sub), _col(f"__idivm_l{i}", sub))
+            for i in range(len(others))
+        ],
     )
     return (
         exp.select(

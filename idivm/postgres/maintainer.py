@@ -82,7 +82,8 @@ class PostgresMaintainer:
         self.close()
 
     def catalog(self) -> Catalog:
-        return Catalog.reflect(self.dsn, schema=self.schema)
+        """The schema's tables, keys and foreign keys, reflected through SQLAlchemy."""
+        return Catalog.reflect(_as_url(self.dsn), schema=self.schema)
 
     def _search_path(self) -> None:
         self.conn.execute(f"SET LOCAL search_path = {q(self.companion)}, {q(self.schema)}")
@@ -288,6 +289,25 @@ class PostgresMaintainer:
             f"SELECT count(*) FROM {qq(self.companion, changelog.log_table_name(table))} "
             f"WHERE {q('__seq')} > %s", (mark,)).fetchone()
         return int(row[0]) if row else 0
+
+
+def _as_url(dsn: str) -> str:
+    """A libpq key=value DSN as the URL SQLAlchemy wants (URLs pass unchanged)."""
+    if "://" in dsn:
+        return dsn
+    from psycopg.conninfo import conninfo_to_dict
+    from sqlalchemy.engine import URL
+
+    d = conninfo_to_dict(dsn)
+    port = d.get("port")
+    return URL.create("postgresql+psycopg", username=_s(d.get("user")),
+                      password=_s(d.get("password")), host=_s(d.get("host")),
+                      port=int(str(port)) if port else None,
+                      database=_s(d.get("dbname"))).render_as_string(hide_password=False)
+
+
+def _s(v: object) -> str | None:
+    return None if v is None else str(v)
 
 
 def _redact(dsn: str) -> str:

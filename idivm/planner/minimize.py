@@ -79,41 +79,46 @@ def _refs(stmt: Statement) -> list[str]:
 
 
 def inline_single_use(stmts: Sequence[Statement]) -> list[Statement]:
-    """Compose an i-diff query into its only reader (no temporary relation for it)."""
-    out = list(stmts)
-    changed = True
-    while changed:
-        changed = False
-        uses = Counter(r for s in out for r in _refs(s))
-        readers = {r: i for i, s in enumerate(out) for r in _refs(s)}
-        for i, s in enumerate(out):
-            if not isinstance(s, Compute) or s.phase != "idiff" or uses[s.name] != 1:
-                continue
-            j = readers[s.name]
-            reader = out[j]
-            if not isinstance(reader, Compute) or reader.phase != "idiff":
-                continue
+    """Compose an i-diff query into its only reader (no temporary relation for it).
 
-            def sub(n: exp.Expr, s: Compute = s) -> exp.Expr:
-                if isinstance(n, exp.Table) and n.name == s.name:
-                    return subquery(s.query.copy(), n.alias or s.name)
-                return n
+    One pass in statement order: a reader always comes after what it reads, so by the time a
+    statement is considered, everything composed into it already is.
+    """
+    out: list[Statement | None] = list(stmts)
+    refs = [_refs(st) for st in stmts]
+    uses = Counter(r for rs in refs for r in rs)
+    reader = {r: j for j, rs in enumerate(refs) for r in rs}
+    for i, st in enumerate(out):
+        if not isinstance(st, Compute) or st.phase != "idiff" or uses[st.name] != 1:
+            continue
+        j = reader[st.name]
+        target = out[j]
+        if not isinstance(target, Compute) or target.phase != "idiff":
+            continue
 
-            out[j] = Compute(reader.name, reader.query.transform(sub),
-                             f"{reader.comment}\n  ∘ {s.comment}", reader.phase)
-            del out[i]
-            changed = True
-            break
-    return out
+        def sub(n: exp.Expr, st: Compute = st) -> exp.Expr:
+            if isinstance(n, exp.Table) and n.name == st.name:
+                return subquery(st.query, n.alias or st.name)
+            return n
+
+        out[j] = Compute(target.name, target.query.transform(sub, copy=False),
+                         f"{target.comment}\n  ∘ {st.comment}", target.phase)
+        refs[j] = [r for r in refs[j] if r != st.name] + refs[i]
+        for r in refs[i]:
+            reader[r] = j
+        out[i] = None
+    return [st for st in out if st is not None]
 
 
 def drop_unread(stmts: Sequence[Statement]) -> list[Statement]:
     """Remove i-diffs that no statement reads (e.g. rules whose output was not needed)."""
     out = list(stmts)
+    refs = {id(st): _refs(st) for st in out}
     while True:
-        uses = Counter(r for s in out for r in _refs(s))
-        keep = [s for s in out if not (isinstance(s, Compute) and s.phase in ("idiff", "instance")
-                                       and uses[s.name] == 0)]
+        uses = Counter(r for st in out for r in refs[id(st)])
+        keep = [st for st in out if not (isinstance(st, Compute)
+                                         and st.phase in ("idiff", "instance")
+                                         and uses[st.name] == 0)]
         if len(keep) == len(out):
             return keep
         out = keep
@@ -171,28 +176,30 @@ def merge_subquery(q: exp.Expr) -> exp.Expr:
     return out
 
 
-def merge_projections(q: exp.Expr) -> exp.Expr:
-    """Apply ``merge_subquery`` bottom-up until nothing changes."""
+def merge_projections(q: exp.Expr) -> tuple[exp.Expr, bool]:
+    """One top-down sweep of ``merge_subquery``; also says whether anything merged."""
+    changed = False
+
     def go(n: exp.Expr) -> exp.Expr:
+        nonlocal changed
         before: exp.Expr | None = None
         while isinstance(n, exp.Select) and before is not n:
             before = n
             n = merge_subquery(n)
+            changed = changed or n is not before
         return n
 
-    return q.transform(go)  # sqlglot visits parents before children: repeat to a fixpoint
+    return q.transform(go, copy=False), changed
 
 
 def compose_queries(stmts: Sequence[Statement]) -> list[Statement]:
+    """Flatten every composed query (sqlglot visits parents first: sweep to a fixpoint)."""
     out: list[Statement] = []
-    for s in stmts:
-        if isinstance(s, Compute):
-            q = s.query
-            for _ in range(8):
-                new = merge_projections(q)
-                if new.sql() == q.sql():
-                    break
-                q = new
-            s = Compute(s.name, q, s.comment, s.phase)
-        out.append(s)
+    for st in stmts:
+        if isinstance(st, Compute):
+            q, changed = st.query.copy(), True
+            while changed:
+                q, changed = merge_projections(q)
+            st = Compute(st.name, q, st.comment, st.phase)
+        out.append(st)
     return out

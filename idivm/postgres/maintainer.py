@@ -109,7 +109,10 @@ class PostgresMaintainer:
 
     def plan_of(self, name: str) -> Plan:
         if name not in self._plans:
-            sql, changes = self._entry(name)
+            # its own transaction: a bare read would leave one open, and later work would run
+            # in a savepoint of it and be rolled back at close
+            with self.conn.transaction():
+                sql, changes = self._entry(name)
             self._plans[name] = plan(sql, self.catalog(), name=name, changes=changes)
         return self._plans[name]
 
@@ -256,6 +259,10 @@ class PostgresMaintainer:
                     changelog.uninstall(self.conn, self.schema, t, name)
                 self.conn.execute(f"DELETE FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
                                   (name,))
+                left = self.conn.execute(f"SELECT count(*) FROM {qq(self.companion, REGISTRY)}"
+                                         ).fetchone()
+                if left is not None and left[0] == 0:  # the last view: nothing of ours remains
+                    self.conn.execute(f"DROP SCHEMA {q(self.companion)} CASCADE")
         except psycopg.Error as e:
             raise BackendError(f"drop_view {name!r} failed: {str(e).strip()}") from e
         self._plans.pop(name, None)

@@ -391,6 +391,23 @@ VIEWS: tuple[ViewDef, ...] = (
         ("EXCEPT with NULLs",),
     ),
     ViewDef(
+        "setops_intersect",
+        "setops",
+        "SELECT b, c FROM r INTERSECT SELECT y, z FROM s",
+        ("INTERSECT with NULLs",),
+    ),
+    ViewDef(
+        "setops_cte_avg_having",
+        "setops",
+        """
+        WITH big AS (SELECT x, y, z FROM s WHERE z IS NOT NULL)
+        SELECT r.b, avg(big.z) AS az, count(*) AS n
+        FROM r JOIN big ON big.y = r.b
+        GROUP BY r.b HAVING sum(big.z) > 2
+        """,
+        ("WITH", "AVG", "HAVING on an aggregate not in the output"),
+    ),
+    ViewDef(
         "setops_not_in_exists",
         "setops",
         """

@@ -133,12 +133,13 @@ class Join(Node):
 
 
 @dataclass(frozen=True)
-class SemiJoin(Node):
-    """Semijoin l ⋉_φ r (EXISTS, IN): the rows of l that join some row of r."""
+class _Probe(Node):
+    """A left input filtered by whether its rows join some row of the right input."""
 
     left: Node
     right: Node
     predicate: exp.Expr
+    symbol = "?"
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -150,28 +151,21 @@ class SemiJoin(Node):
 
     @property
     def label(self) -> str:
-        return f"⋉[{self.predicate.sql('postgres')}]"
+        return f"{self.symbol}[{self.predicate.sql('postgres')}]"
 
 
 @dataclass(frozen=True)
-class AntiJoin(Node):
+class SemiJoin(_Probe):
+    """Semijoin l ⋉_φ r (EXISTS, IN): the rows of l that join some row of r."""
+
+    symbol = "⋉"
+
+
+@dataclass(frozen=True)
+class AntiJoin(_Probe):
     """Antisemijoin l ▷_φ r (NOT EXISTS, NOT IN, EXCEPT): the rows of l joining no row of r."""
 
-    left: Node
-    right: Node
-    predicate: exp.Expr
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.left.columns
-
-    @property
-    def children(self) -> tuple[Node, ...]:
-        return (self.left, self.right)
-
-    @property
-    def label(self) -> str:
-        return f"▷[{self.predicate.sql('postgres')}]"
+    symbol = "▷"
 
 
 @dataclass(frozen=True)

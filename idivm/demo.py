@@ -20,40 +20,12 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from idivm.errors import BackendError, IdivmError
+from idivm.examples import PAPER_DDL, PAPER_INSTANCE, PRICE_ONLY, V_PRIME_SQL, V_SQL
 from idivm.plan import Plan
 from idivm.postgres import MaintenanceStats, PostgresMaintainer
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 SCHEMA = "idivm_demo"
-
-# Figure 1.
-PAPER_DDL = """
-CREATE TABLE devices (
-    did      text PRIMARY KEY,
-    category text
-);
-CREATE TABLE parts (
-    pid   text PRIMARY KEY,
-    price int NOT NULL
-);
-CREATE TABLE devices_parts (
-    did text NOT NULL REFERENCES devices (did),
-    pid text NOT NULL REFERENCES parts (pid),
-    PRIMARY KEY (did, pid)
-);
-"""
-
-# Figure 2.
-PAPER_INSTANCE = """
-INSERT INTO devices VALUES ('D1', 'phone'), ('D2', 'phone'), ('D3', 'tablet');
-INSERT INTO parts VALUES ('P1', 10), ('P2', 20);
-INSERT INTO devices_parts VALUES ('D1', 'P1'), ('D2', 'P1'), ('D1', 'P2'), ('D3', 'P2');
-"""
-
-_JOIN = "parts NATURAL JOIN devices_parts NATURAL JOIN devices WHERE category = 'phone'"
-V_SQL = f"SELECT did, pid, price FROM {_JOIN}"
-V_PRIME_SQL = f"SELECT did, sum(price) AS cost FROM {_JOIN} GROUP BY did"
-PRICE_ONLY: dict[str, list[str]] = {"parts": ["update:price"]}
 
 # Round 2: every kind of modification, each a (caption, SQL) pair.
 ROUND2: tuple[tuple[str, str], ...] = (

@@ -12,22 +12,12 @@ import sys
 from pathlib import Path
 
 from idivm.catalog import Catalog
+from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
 from idivm.plan import plan
 from idivm.script import Dialect
 
-PAPER_DDL = """
-CREATE TABLE devices (did TEXT PRIMARY KEY, category TEXT);
-CREATE TABLE parts (pid TEXT PRIMARY KEY, price INT);
-CREATE TABLE devices_parts (
-    did TEXT NOT NULL REFERENCES devices (did),
-    pid TEXT NOT NULL REFERENCES parts (pid),
-    PRIMARY KEY (did, pid)
-);
-"""
-V = ("SELECT did, pid, price FROM parts NATURAL JOIN devices_parts NATURAL JOIN devices "
-     "WHERE category = 'phone'")
-V_PRIME = ("SELECT did, sum(price) AS cost FROM parts NATURAL JOIN devices_parts "
-           "NATURAL JOIN devices WHERE category = 'phone' GROUP BY did")
+V = V_SQL
+V_PRIME = V_PRIME_SQL
 VIEWS = {"v": V, "v_prime": V_PRIME}
 CHANGES = {"price_updates": {"parts": ["update:price"]}, "all_changes": None}
 DIALECTS: tuple[Dialect, ...] = ("postgres", "spark")

@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 
 from idivm.cli import main, parse_changes
-from idivm.demo import PAPER_DDL, PAPER_INSTANCE, V_PRIME_SQL, V_SQL
+from idivm.examples import PAPER_DDL, PAPER_INSTANCE, V_PRIME_SQL, V_SQL
 
 
 @pytest.fixture

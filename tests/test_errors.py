@@ -10,8 +10,8 @@ from psycopg import sql
 
 import idivm
 from idivm.errors import BackendError, CatalogError, UnsupportedSQL
+from idivm.examples import PAPER_DDL
 from idivm.postgres import PostgresMaintainer
-from idivm.scripts_out import PAPER_DDL
 
 DDL = PAPER_DDL + "CREATE TABLE nokey (a INT, b INT);"
 CAT = idivm.Catalog.from_ddl(DDL)

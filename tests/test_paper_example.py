@@ -13,8 +13,11 @@ from psycopg import sql
 from sqlglot import exp
 
 import idivm
+from idivm.examples import PAPER_DDL
+from idivm.examples import V_PRIME_SQL as V_PRIME
+from idivm.examples import V_SQL as V
 from idivm.postgres import PostgresMaintainer
-from idivm.scripts_out import PAPER_DDL, V_PRIME, V, generated
+from idivm.scripts_out import generated
 
 PRICE_ONLY = {"parts": ["update:price"]}
 

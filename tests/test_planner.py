@@ -8,11 +8,11 @@ from sqlglot import exp
 
 import idivm
 from idivm import algebra as A
+from idivm.examples import PAPER_DDL
 from idivm.frontend import parse_view
 from idivm.planner import minimize
 from idivm.planner.ids import infer_ids
 from idivm.planner.model import DiffNode, DiffSchema
-from idivm.scripts_out import PAPER_DDL
 
 SOCIAL = idivm.Catalog.from_ddl("""
 CREATE TABLE users (uid INT PRIMARY KEY, name TEXT, city INT, tweetsnum INT, favornum INT);
@@ -109,3 +109,11 @@ def test_explain_mentions_every_pass() -> None:
                       "GROUP BY did HAVING count(*) > 1", PAPER, name="x").explain()
     for part in ("IDs=", "base-table i-diff schemas", "rules fired", "Δ-script", "cache"):
         assert part in text
+
+
+def test_spark_dialect_view_is_accepted() -> None:
+    sql = ("SELECT `did`, SUM(price) AS cost FROM parts NATURAL JOIN devices_parts "
+           "NATURAL JOIN devices WHERE category = 'phone' GROUP BY did")
+    p = idivm.plan(sql, PAPER, name="v", dialect="spark")
+    assert p.columns == ("did", "cost")
+    assert any(s.startswith("MERGE INTO `v__store`") for s in p.script("spark"))

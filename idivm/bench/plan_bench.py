@@ -18,35 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from idivm.catalog import Catalog
-from idivm.demo import PAPER_DDL, V_PRIME_SQL, V_SQL
+from idivm.examples import PAPER_DDL, SOCIAL_DDL, V_PRIME_SQL, V_SQL
 from idivm.plan import plan
-
-# A miniature of the BSMA social-media schema the paper evaluates on.
-SOCIAL_DDL = """
-CREATE TABLE users (
-    uid       int PRIMARY KEY,
-    name      text NOT NULL,
-    city      int,
-    tweetsnum int NOT NULL,
-    favornum  int NOT NULL
-);
-CREATE TABLE microblog (
-    mid     int PRIMARY KEY,
-    uid     int NOT NULL REFERENCES users (uid),
-    time    int NOT NULL,
-    content text
-);
-CREATE TABLE mention (
-    mid int NOT NULL REFERENCES microblog (mid),
-    uid int NOT NULL REFERENCES users (uid),
-    PRIMARY KEY (mid, uid)
-);
-CREATE TABLE friendlist (
-    uid         int NOT NULL REFERENCES users (uid),
-    followee_id int NOT NULL REFERENCES users (uid),
-    PRIMARY KEY (uid, followee_id)
-);
-"""
 
 SCHEMAS: dict[str, str] = {"paper": PAPER_DDL, "social": SOCIAL_DDL}
 

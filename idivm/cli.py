@@ -1,10 +1,15 @@
-"""``idivm`` command line: plan views, drive the PostgreSQL backend, run the demo and benchmarks."""
+"""``idivm`` command line: plan views, drive the PostgreSQL and Spark backends, run the demo and
+benchmarks."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -152,9 +157,15 @@ def _status_table(rows: list[dict[str, Any]], schema: str) -> Table:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from idivm import demo
+    if args.postgres or args.dsn is not None:
+        from idivm import demo
 
-    return demo.run(args.dsn)
+        return demo.run(args.dsn or _default_dsn())
+    from idivm import demo_spark
+
+    if args.scale <= 0:
+        raise IdivmError("--scale must be positive")
+    return demo_spark.run(warehouse=args.warehouse, master=args.master, scale=args.scale)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -164,6 +175,181 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise IdivmError("--repeat must be at least 1")
     plan_bench.run(args.repeat, args.out)
     return 0
+
+
+def cmd_bench_spark(args: argparse.Namespace) -> int:
+    from idivm.bench import spark_bench
+
+    if args.devices_parts < 100:
+        raise IdivmError("--devices-parts must be at least 100")
+    if args.fanout < 1 or not 0 < args.phones <= 1:
+        raise IdivmError("--fanout must be at least 1 and --phones in (0, 1]")
+    if args.buckets is not None and args.buckets < 1:
+        raise IdivmError("--buckets must be at least 1")
+    return spark_bench.run(links=args.devices_parts, fanout=args.fanout, phones=args.phones,
+                           updates=args.updates, mixed_share=args.mixed_share, out=args.out,
+                           buckets=args.buckets, master=args.master,
+                           driver_memory=args.driver_memory, warehouse=args.warehouse)
+
+
+# -- Spark ------------------------------------------------------------------------------------
+SPARK_SESSION: Any = None
+"""A SparkSession ``idivm spark``, ``idivm demo`` and ``idivm bench spark`` use instead of
+starting one (for tests and embedders); never stopped by the CLI."""
+
+CHANGE_COLUMNS = {"_change_type": "string", "_commit_version": "bigint"}
+QUIET_LOG4J2 = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def driver_conf(short_run: bool) -> dict[str, str]:
+    """Driver JVM options for an embedded session: Spark's start-up logging quieted, and for a
+    short run (a CLI command, the demo) the C1 compiler only — a short-lived driver running many
+    small jobs pays more for C2's warm-up than it gets back (the demo ran ~1.6x faster)."""
+    props = Path(tempfile.gettempdir()) / "idivm-log4j2.properties"
+    if not props.exists() or props.read_text() != QUIET_LOG4J2:
+        tmp = props.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(QUIET_LOG4J2)
+        os.replace(tmp, props)
+    opts = f"-Dlog4j2.configurationFile={props}"
+    if short_run:
+        opts = f"-XX:TieredStopAtLevel=1 {opts}"
+    return {"spark.driver.extraJavaOptions": opts}
+
+
+def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> Any:
+    """``SPARK_SESSION`` if set, else the embedded (loopback-only) session, started on first use
+    and then reused by every in-process call."""
+    if SPARK_SESSION is not None:
+        return SPARK_SESSION
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise IdivmError("Spark needs Java 17 on the PATH "
+                         "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        raise IdivmError("pyspark is not installed (pip install -e '.[dev]')") from e
+    from idivm.spark import embedded_session
+
+    return embedded_session(master, conf=conf)
+
+
+def read_data(spark: Any, path: str, table: Any, changes: bool = False) -> Any:
+    """A DataFrame from a parquet or CSV file (or a directory of them); CSV columns are read
+    with the catalog's types, named by the header line."""
+    p = Path(path)
+    if not p.exists():
+        raise IdivmError(f"no such data file {path!r}")
+    files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith(("_", ".")))\
+        if p.is_dir() else [p]
+    kinds = {f.suffix.lower() for f in files} & {".csv", ".parquet"}
+    if len(kinds) != 1:
+        raise IdivmError(f"{path!r}: expected .parquet or .csv file(s)")
+    if kinds == {".parquet"}:
+        return spark.read.parquet(str(p))
+    first = next(f for f in files if f.suffix.lower() == ".csv")
+    with first.open(newline="", encoding="utf-8-sig") as fh:
+        header = next(csv.reader(fh), None)
+    if not header:
+        raise IdivmError(f"{str(first)!r}: empty CSV file (expected a header line)")
+    from idivm.bench.data import spark_types
+
+    types = spark_types(table) | (CHANGE_COLUMNS if changes else {})
+    # a column the table lacks is read as text, so the maintainer can name it in its refusal
+    fields = [f"`{n}` {types.get(n, 'string')}" for n in (h.strip() for h in header)]
+    return (spark.read.option("header", True).option("mode", "FAILFAST")
+            .schema(", ".join(fields)).csv(str(p)))
+
+
+def cmd_spark(args: argparse.Namespace) -> int:
+    catalog = Catalog.from_ddl(_read(args.ddl, "DDL file"))
+    registry = Path(args.warehouse) / "_idivm" / "registry.json"
+    if args.action != "load" and not registry.exists():
+        raise IdivmError(f"no idivm warehouse at {args.warehouse!r} (idivm spark load first)")
+    from idivm.spark import SparkMaintainer
+
+    m = SparkMaintainer(catalog, args.warehouse,
+                        spark=spark_session(args.master, conf=driver_conf(True)),
+                        buckets=args.buckets)
+    _spark_action(m, args, Console())
+    return 0
+
+
+def _spark_action(m: Any, args: argparse.Namespace, console: Console) -> None:
+    """One ``idivm spark`` action; raises IdivmError on failure."""
+    from idivm.demo_spark import stats_table
+
+    a = args.action
+    if a == "load":
+        table = m.catalog.table(args.table)
+        m.load_table(table.name, read_data(m.spark, args.data, table))
+        n = m.spark.table(table.name).count()
+        console.print(f"loaded {table.name}: {n} rows, {m.store.partitions(table.name)} "
+                      f"bucket(s) under {m.root / 'data' / table.name}")
+    elif a == "create-view":
+        p = m.create_view(args.name, _read(args.sql_file, "view SQL file"),
+                          changes=parse_changes(args.changes))
+        console.print(f"created view {p.name} ({', '.join(p.columns)}): "
+                      f"{len(p.materialized)} stored relation(s) under {m.root / 'data'}, "
+                      f"{len(p.statements)} Δ-script statements")
+    elif a == "apply-changes":
+        table = m.catalog.table(args.table)
+        version = m.apply_changes(table.name, read_data(m.spark, args.data, table, changes=True))
+        pending = [r["view"] for r in m.status() if r["pending_versions"].get(table.name)]
+        console.print(f"recorded changes of {table.name} up to version {version}; views to "
+                      f"maintain: {', '.join(pending) or 'none'}")
+    elif a == "maintain":
+        stats = m.maintain(args.name)
+        if args.json:
+            sys.stdout.write(json.dumps(stats.as_dict(), indent=2, default=str) + "\n")
+        else:
+            console.print(stats_table(stats))
+    elif a == "read":
+        if args.limit < 0:
+            raise IdivmError("--limit must not be negative")
+        df = m.read_view(args.name)
+        rows = df.orderBy(*df.columns).limit(args.limit).collect()
+        if args.json:
+            sys.stdout.write(json.dumps([r.asDict() for r in rows], indent=2, default=str)
+                             + "\n")
+        else:
+            t = Table(title=f"{args.name} (first {args.limit} rows, ordered)", title_style="bold")
+            for c in df.columns:
+                t.add_column(c)
+            for r in rows:
+                t.add_row(*("NULL" if v is None else str(v) for v in r))
+            console.print(t)
+    elif a == "drop-view":
+        m.drop_view(args.name)
+        console.print(f"dropped view {args.name}")
+    else:
+        rows = m.status()
+        if args.name:
+            rows = [r for r in rows if r["view"] == args.name]
+            if not rows:
+                raise IdivmError(f"no idivm view {args.name!r} in {args.warehouse!r}")
+        reg = m.registry()
+        if args.json:
+            out = {"tables": {t: e["version"] for t, e in sorted(reg["tables"].items())},
+                   "views": rows}
+            sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
+            return
+        t = Table(title=f"idivm views in {m.root}", title_style="bold")
+        for c in ("view", "watermarks (table: version)", "pending versions"):
+            t.add_column(c)
+        for r in rows:
+            t.add_row(r["view"], ", ".join(f"{k}: {v}" for k, v in r["watermarks"].items()),
+                      ", ".join(f"{k}: {v}" for k, v in r["pending_versions"].items() if v)
+                      or "none")
+        console.print(t)
+        console.print("tables (last change version): " + ", ".join(
+            f"{k}: {e['version']}" for k, e in sorted(reg["tables"].items())))
 
 
 # -- parser -----------------------------------------------------------------------------------
@@ -197,9 +383,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="maintain/status: print JSON")
     p.set_defaults(func=cmd_pg)
 
-    p = sub.add_parser("demo", help="the paper's running example on PostgreSQL")
-    p.add_argument("--dsn", default=_default_dsn(),
-                   help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
+    spark_common = argparse.ArgumentParser(add_help=False)
+    spark_common.add_argument("--warehouse", required=True, metavar="DIR",
+                              help="directory of the base tables, views and change feeds")
+    spark_common.add_argument("--ddl", required=True,
+                              help="file with the CREATE TABLE statements (or -)")
+    spark_common.add_argument("--master", metavar="URL",
+                              help="Spark master (default: embedded local[*] on loopback; "
+                              "other masters need --warehouse on storage every node shares)")
+    spark_common.add_argument("--buckets", type=int, metavar="N",
+                              help="load/create-view: hash buckets per stored relation "
+                              "(default: one per 2000 rows, a power of two, at most 1024)")
+    p = sub.add_parser("spark", help="maintain views on Spark from change feeds (Delta CDF shape)")
+    sp = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    a = sp.add_parser("load", parents=[spark_common], help="initial contents of a base table")
+    a.add_argument("table", metavar="TABLE")
+    a.add_argument("--data", required=True, help="a .parquet or .csv file (CSV with a header)")
+    a = sp.add_parser("create-view", parents=[spark_common], help="materialize a view")
+    a.add_argument("name", metavar="NAME")
+    a.add_argument("--sql-file", required=True, help="file with the view SQL (or -)")
+    a.add_argument("--changes", action="append", metavar="TABLE=KINDS", help=changes_help)
+    a = sp.add_parser("apply-changes", parents=[spark_common],
+                      help="record a change batch (columns + _change_type [+ _commit_version])")
+    a.add_argument("table", metavar="TABLE")
+    a.add_argument("--data", required=True, help="a .parquet or .csv file (CSV with a header)")
+    a = sp.add_parser("maintain", parents=[spark_common], help="bring a view up to date")
+    a.add_argument("name", metavar="NAME")
+    a.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    a = sp.add_parser("status", parents=[spark_common], help="watermarks and pending changes")
+    a.add_argument("name", nargs="?", metavar="NAME")
+    a.add_argument("--json", action="store_true", help="print JSON")
+    a = sp.add_parser("read", parents=[spark_common], help="print a view's rows")
+    a.add_argument("name", metavar="NAME")
+    a.add_argument("--limit", type=int, default=20, help="rows to print (default: 20)")
+    a.add_argument("--json", action="store_true", help="print JSON")
+    a = sp.add_parser("drop-view", parents=[spark_common], help="drop a view and its caches")
+    a.add_argument("name", metavar="NAME")
+    p.set_defaults(func=cmd_spark)
+
+    p = sub.add_parser("demo", help="BSMA-like views maintained on Spark, verified "
+                       "(--postgres: the paper's running example on PostgreSQL)")
+    p.add_argument("--postgres", action="store_true",
+                   help="run the paper's running example on PostgreSQL instead")
+    p.add_argument("--dsn", default=None,
+                   help="PostgreSQL DSN, implies --postgres (default: $IDIVM_DSN or the local "
+                   "server)")
+    p.add_argument("--warehouse", metavar="DIR",
+                   help="Spark warehouse directory (default: a temporary one, removed after)")
+    p.add_argument("--master", metavar="URL", help="Spark master (default: embedded local[*])")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="data size, 1 = 2,000 users and 20,000 posts (default: 1)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bench", help="benchmarks")
@@ -208,6 +441,27 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=20, help="runs per view (default: 20)")
     b.add_argument("--out", default="bench_out/plan.json", help="JSON report path")
     b.set_defaults(func=cmd_bench)
+    b = bench.add_parser("spark", help="parts/devices (paper §7.2): maintain vs recompute on "
+                         "Spark")
+    b.add_argument("--devices-parts", type=int, default=5_000_000, metavar="N",
+                   help="devices_parts rows (default: 5,000,000; devices = parts = N / fanout)")
+    b.add_argument("--fanout", type=int, default=10, help="parts per device (default: 10)")
+    b.add_argument("--phones", type=float, default=0.2,
+                   help="share of devices that are phones (default: 0.2)")
+    b.add_argument("--updates", type=int, default=200,
+                   help="price updates in batch (a) (default: 200)")
+    b.add_argument("--mixed-share", type=float, default=0.01,
+                   help="batch (b) size as a share of devices_parts rows (default: 0.01)")
+    b.add_argument("--buckets", type=int, metavar="N",
+                   help="hash buckets per stored relation (default: one per 2000 rows, "
+                   "at most 1024)")
+    b.add_argument("--out", default="bench_out/spark", help="directory of the JSON and PNG")
+    b.add_argument("--warehouse", metavar="DIR",
+                   help="warehouse directory (default: a temporary one, removed after)")
+    b.add_argument("--master", metavar="URL", help="Spark master (default: embedded local[*])")
+    b.add_argument("--driver-memory", default="8g",
+                   help="spark.driver.memory of the embedded session (default: 8g)")
+    b.set_defaults(func=cmd_bench_spark)
     return parser
 
 
@@ -222,7 +476,22 @@ def main(argv: list[str] | None = None) -> int:
     except psycopg.Error as e:
         print(f"error: PostgreSQL: {str(e).strip()}", file=sys.stderr)
         return 2
+    except Exception as e:
+        if not _is_spark_error(e):
+            raise
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        print(f"error: Spark: {' '.join(lines[:3])}", file=sys.stderr)
+        return 2
     return code
+
+
+def _is_spark_error(e: BaseException) -> bool:
+    """A failure Spark reports (bad data, an unreadable file), not a bug of idivm's."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark.errors import PySparkException
+
+    return isinstance(e, PySparkException)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,24 @@ class Plan:
         """Whether the view reads ``table.column`` anywhere (output, condition, aggregate)."""
         return column in analyze(self.root, self.infos)[1].get(table, set())
 
+    def undeclared_changes(self, table: str) -> list[tuple[str, exp.Expr]]:
+        """Predicates over the table's folded changes that match changes the plan was not made
+        for (``changes=``): (what, predicate). Such changes would otherwise be lost."""
+        kinds = {s.kind for s in self.idiff_schemas if s.table == table}
+        cols = {c for s in self.idiff_schemas if s.table == table for c in s.cols}
+        pre, post = exp.column("__has_pre"), exp.column("__has_post")
+        out: list[tuple[str, exp.Expr]] = []
+        if "ins" not in kinds:
+            out.append(("insert", exp.and_(post.copy(), exp.Not(this=pre.copy()))))
+        if "del" not in kinds:
+            out.append(("delete", exp.and_(pre.copy(), exp.Not(this=post.copy()))))
+        for c in self.catalog.table(table).non_key_columns:
+            if c not in cols and self.uses(table, c):
+                changed = exp.NullSafeNEQ(this=exp.column(f"{c}__pre", quoted=True),
+                                          expression=exp.column(f"{c}__post", quoted=True))
+                out.append((f"update of {c}", exp.and_(pre.copy(), post.copy(), changed)))
+        return out
+
     @property
     def materialized(self) -> tuple[Materialized, ...]:
         return self.composition.materialized

@@ -7,7 +7,7 @@ SQL's MERGE INTO, from the same expression trees.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -110,7 +110,34 @@ def _merge(stmt: Apply, pairs: Sequence[tuple[str, str]], nulls: dict[str, bool]
 
 
 def to_sql(stmt: Statement, dialect: Dialect, pretty: bool = False) -> str:
-    return render(stmt, dialect).sql(dialect=dialect, pretty=pretty)
+    return adapt(render(stmt, dialect), dialect).sql(dialect=dialect, pretty=pretty)
+
+
+def query_sql(query: exp.Expr, dialect: Dialect) -> str:
+    """A query alone (no CREATE around it), adapted to the dialect."""
+    return adapt(query.copy(), dialect).sql(dialect=dialect)
+
+
+def _spark_unbounded_numeric(e: exp.Expr) -> exp.Expr:
+    """PostgreSQL's unconstrained NUMERIC (exact division for AVG) has no Spark equivalent:
+    Spark's DECIMAL defaults to (10, 0). Spark's own AVG of integers is a DOUBLE."""
+    if isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.DECIMAL and \
+            not e.to.expressions:
+        return exp.cast(e.this, exp.DataType.build("DOUBLE"))
+    return e
+
+
+DIALECT_REWRITES: dict[str, tuple[Callable[[exp.Expr], exp.Expr], ...]] = {
+    "postgres": (),
+    "spark": (_spark_unbounded_numeric,),
+}
+
+
+def adapt(e: exp.Expr, dialect: Dialect) -> exp.Expr:
+    """Apply the dialect's small pure rewrites (sqlglot transpiles the rest)."""
+    for rw in DIALECT_REWRITES[dialect]:
+        e = e.transform(rw)
+    return e
 
 
 def comment(stmt: Statement) -> str:

@@ -99,7 +99,7 @@ def test_bad_dsn(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo(pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--dsn", pg_dsn]) == 0
+    assert main(["demo", "--postgres", "--dsn", pg_dsn]) == 0
     out = capsys.readouterr().out
     for label in ("V", "V'", "v_all", "v2_all"):
         assert f"verified: {label} equals its recomputation" in out

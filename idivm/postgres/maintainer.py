@@ -218,34 +218,19 @@ class PostgresMaintainer:
 
     def _check_declared(self, p: Plan, stats: MaintenanceStats) -> None:
         """Changes outside the plan's declared modification types would be silently lost."""
-        declared: dict[str, set[str]] = {}
-        for s in p.idiff_schemas:
-            declared.setdefault(s.table, set()).add(s.kind)
         for t, n in stats.changes.items():
-            if n == 0:
+            checks = p.undeclared_changes(t) if n else []
+            if not checks:
                 continue
-            kinds = declared.get(t, set())
-            g = q(change_table(t))
-            checks = {"ins": "__has_post AND NOT __has_pre",
-                      "del": "__has_pre AND NOT __has_post"}
-            for kind, cond in checks.items():
-                if kind in kinds:
-                    continue
-                row = self.conn.execute(f"SELECT count(*) FROM {g} WHERE {cond}").fetchone()
-                if row and row[0]:
-                    raise IdivmError(
-                        f"{row[0]} {'insert' if kind == 'ins' else 'delete'}(s) on {t}, but the "
-                        f"view {p.name} was planned without them (changes=...)")
-            cols = {c for s in p.idiff_schemas if s.table == t for c in s.cols}
-            table = p.catalog.table(t)
-            undeclared = [c for c in table.non_key_columns if c not in cols and p.uses(t, c)]
-            for c in undeclared:
-                row = self.conn.execute(
-                    f"SELECT count(*) FROM {g} WHERE __has_pre AND __has_post AND "
-                    f"{q(c + '__pre')} IS DISTINCT FROM {q(c + '__post')}").fetchone()
-                if row and row[0]:
-                    raise IdivmError(f"{row[0]} update(s) of {t}.{c}, but the view {p.name} "
-                                     "was planned without them (changes=...)")
+            q = exp.select(*[exp.alias_(exp.Sum(this=exp.Case(
+                ifs=[exp.If(this=pred, true=exp.Literal.number(1))],
+                default=exp.Literal.number(0))), f"c{i}") for i, (_, pred) in enumerate(checks)]
+            ).from_(exp.table_(exp.to_identifier(change_table(t), quoted=True)))
+            row = self.conn.execute(q.sql("postgres")).fetchone()
+            for (what, _), count in zip(checks, row or (), strict=False):
+                if count:
+                    raise IdivmError(f"{count} {what}(s) on {t}, but the view {p.name} was "
+                                     "planned without them (changes=...)")
 
     def drop_view(self, name: str) -> None:
         """Remove the view, its stored table, caches, logging and registry entry."""

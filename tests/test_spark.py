@@ -30,7 +30,7 @@ SPARK_VIEWS = (
     "social_distinct_buckets", "setops_union", "setops_except", "setops_global_filtered",
     "orders_revenue",
 )
-ROUNDS = 2
+ROUNDS = 1
 
 
 @pytest.fixture(scope="session")
@@ -214,3 +214,13 @@ def test_local_cluster_mode(tmp_path: Path) -> None:
         cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "local-cluster ok" in out.stdout
+
+
+def test_undeclared_changes_are_refused(spark: Any, tmp_path: Path) -> None:
+    m = maintainer(spark, tmp_path, PAPER_DDL)
+    _figure2(spark, m)
+    m.create_view("v", V_SQL, changes={"parts": ["update:price"]})
+    m.apply_changes("devices", spark.createDataFrame(
+        [("D9", "phone", "insert")], "did string, category string, _change_type string"))
+    with pytest.raises(idivm.IdivmError, match="insert"):
+        m.maintain("v")

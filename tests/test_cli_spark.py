@@ -99,7 +99,7 @@ def test_spark_cli_round_trip(spark: Any, paper: dict[str, str], tmp_path: Path,
 
     assert _spark(paper, "maintain", "v", "--json") == 0
     stats = json.loads(capsys.readouterr().out)
-    assert stats["changes"] == {"parts": 1}
+    assert {t: n for t, n in stats["changes"].items() if n} == {"parts": 1}
     assert stats["partitions_rewritten"]
     assert _read(paper, "v", capsys) == [
         {"did": "D1", "pid": "P1", "price": 11}, {"did": "D1", "pid": "P2", "price": 20},

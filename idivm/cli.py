@@ -205,6 +205,8 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
 """
 
 
@@ -328,6 +330,11 @@ def _spark_action(m: Any, args: argparse.Namespace, console: Console) -> None:
     elif a == "drop-view":
         m.drop_view(args.name)
         console.print(f"dropped view {args.name}")
+    elif a == "compact":
+        done = m.compact(args.name)
+        console.print(f"compacted {args.name}: " + (", ".join(
+            f"{k} {r}/{n} buckets rewritten" for k, (r, n) in done.items())
+            or "no pending i-diffs"))
     else:
         rows = m.status()
         if args.name:
@@ -341,11 +348,14 @@ def _spark_action(m: Any, args: argparse.Namespace, console: Console) -> None:
             sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
             return
         t = Table(title=f"idivm views in {m.root}", title_style="bold")
-        for c in ("view", "watermarks (table: version)", "pending versions"):
+        for c in ("view", "watermarks (table: version)", "pending versions",
+                  "pending i-diff rows"):
             t.add_column(c)
         for r in rows:
             t.add_row(r["view"], ", ".join(f"{k}: {v}" for k, v in r["watermarks"].items()),
                       ", ".join(f"{k}: {v}" for k, v in r["pending_versions"].items() if v)
+                      or "none",
+                      ", ".join(f"{k}: {v}" for k, v in r["pending_idiff_rows"].items() if v)
                       or "none")
         console.print(t)
         console.print("tables (last change version): " + ", ".join(
@@ -418,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--limit", type=int, default=20, help="rows to print (default: 20)")
     a.add_argument("--json", action="store_true", help="print JSON")
     a = sp.add_parser("drop-view", parents=[spark_common], help="drop a view and its caches")
+    a.add_argument("name", metavar="NAME")
+    a = sp.add_parser("compact", parents=[spark_common],
+                      help="fold a view's pending i-diffs into its buckets")
     a.add_argument("name", metavar="NAME")
     p.set_defaults(func=cmd_spark)
 

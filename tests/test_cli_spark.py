@@ -36,7 +36,7 @@ def spark() -> Iterator[Any]:
         pytest.skip(why)
     from idivm.spark import embedded_session
 
-    session = embedded_session("local[2]")
+    session = embedded_session("local[2]", conf=cli.driver_conf(short_run=True))
     saved = cli.SPARK_SESSION
     cli.SPARK_SESSION = session
     yield session
@@ -118,6 +118,11 @@ def test_spark_cli_round_trip(spark: Any, paper: dict[str, str], tmp_path: Path,
                                            {"did": "D3", "cost": 20}]
     assert _spark(paper, "status", "cost") == 0
     assert "none" in capsys.readouterr().out  # nothing pending
+
+    # v was planned for price updates only: the category change is refused, not lost
+    assert _spark(paper, "maintain", "v") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "devices" in err, err
 
 
 def test_spark_cli_errors(spark: Any, paper: dict[str, str], tmp_path: Path,

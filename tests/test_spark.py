@@ -30,7 +30,7 @@ SPARK_VIEWS = (
     "social_distinct_buckets", "setops_union", "setops_except", "setops_global_filtered",
     "orders_revenue",
 )
-ROUNDS = 1
+ROUNDS = 2  # the second round compacts the first round's pending i-diffs (max_pending)
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +56,10 @@ def spark() -> Iterator[Any]:
 def maintainer(spark: Any, tmp_path: Path, ddl: str) -> Any:
     from idivm.spark import SparkMaintainer
 
-    return SparkMaintainer(idivm.Catalog.from_ddl(ddl), tmp_path / "wh", spark=spark, buckets=4)
+    # small data: pending i-diffs soon pass any share of the rows, so compaction is driven by
+    # their count — rounds alternate between appending i-diffs and rewriting buckets
+    return SparkMaintainer(idivm.Catalog.from_ddl(ddl), tmp_path / "wh", spark=spark, buckets=4,
+                           compact_share=1e9, max_pending=4)
 
 
 def _by_schema() -> dict[str, list[str]]:
@@ -75,6 +78,7 @@ def test_spark_views_match_recomputation(spark: Any, tmp_path: Path, schema_key:
     for name in views:
         m.create_view(name, VIEWS_BY_NAME[name].sql)
         run.check(name, "after create_view")
+    modes: set[str] = set()
     for r in range(ROUNDS):
         run.step(8)
         if r == 0:
@@ -82,6 +86,9 @@ def test_spark_views_match_recomputation(spark: Any, tmp_path: Path, schema_key:
         for name in views:
             stats = m.maintain(name)
             run.check(name, f"round {r}, stats {stats.as_dict()}")
+            modes |= {"append" for n in stats.pending_rows.values() if n}
+            modes |= {"rewrite" for n, _ in stats.partitions_rewritten.values() if n}
+    assert modes == {"append", "rewrite"}, modes
 
 
 def _figure2(spark: Any, m: Any) -> None:
@@ -181,7 +188,8 @@ def test_change_feed_validation(spark: Any, tmp_path: Path) -> None:
 
 
 def test_price_updates_rewrite_few_partitions(spark: Any, tmp_path: Path) -> None:
-    """A price-only view stays bucketed by pid: one update rewrites one bucket of the view."""
+    """A price-only view stays bucketed by pid: an update is kept as a pending i-diff, and the
+    compaction that follows rewrites one bucket of the view."""
     from idivm.spark import SparkMaintainer
 
     m = SparkMaintainer(idivm.Catalog.from_ddl(PAPER_DDL), tmp_path / "wh", spark=spark,
@@ -197,8 +205,17 @@ def test_price_updates_rewrite_few_partitions(spark: Any, tmp_path: Path) -> Non
     m.apply_changes("parts", spark.createDataFrame(
         [("P3", 3, "update_preimage"), ("P3", 33, "update_postimage")],
         "pid string, price int, _change_type string"))
+    stats = m.maintain("v")  # one pending i-diff row: appended, no bucket rewritten
+    assert stats.partitions_rewritten == {"v__store": (0, 8)}
+    assert stats.pending_rows == {"v__store": 1}
+    assert _equal(m, "v")
+    m.store.max_pending = 1  # the next round compacts: both i-diffs name P3, one bucket
+    m.apply_changes("parts", spark.createDataFrame(
+        [("P3", 33, "update_preimage"), ("P3", 34, "update_postimage")],
+        "pid string, price int, _change_type string"))
     stats = m.maintain("v")
     assert stats.partitions_rewritten == {"v__store": (1, 8)}
+    assert stats.pending_rows == {"v__store": 0} and m.store.pending("v__store") == []
     assert _equal(m, "v")
     assert spark_schema(m.catalog.table("parts")) == "`pid` STRING, `price` INT"
 

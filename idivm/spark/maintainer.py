@@ -50,6 +50,7 @@ class SparkMaintenanceStats:
     changes: dict[str, int] = field(default_factory=dict)
     idiff_rows: dict[str, int] = field(default_factory=dict)
     partitions_rewritten: dict[str, tuple[int, int]] = field(default_factory=dict)
+    pending_rows: dict[str, int] = field(default_factory=dict)  # kept as pending i-diffs
     statements: list[tuple[str, float]] = field(default_factory=list)
     recovered: bool = False
     seconds: float = 0.0
@@ -58,6 +59,7 @@ class SparkMaintenanceStats:
         return {"view": self.view, "changes": self.changes, "idiff_rows": self.idiff_rows,
                 "partitions_rewritten": {k: list(v) for k, v in
                                          self.partitions_rewritten.items()},
+                "pending_rows": self.pending_rows,
                 "statements": self.statements, "recovered": self.recovered,
                 "seconds": self.seconds}
 
@@ -67,13 +69,15 @@ class SparkMaintainer:
 
     def __init__(self, catalog: Catalog, warehouse: str | os.PathLike[str], spark: Any = None,
                  master: str | None = None, buckets: int | None = None,
-                 rows_per_bucket: int = 2000) -> None:
+                 rows_per_bucket: int = 2000, compact_share: float = 0.05,
+                 max_pending: int = 32) -> None:
         self.catalog = catalog
         self.root = Path(warehouse).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.spark = spark if spark is not None else embedded_session(master)
-        self.store: Store = BucketedParquetStore(self.spark, self.root, rows_per_bucket,
-                                                 buckets=buckets)
+        self.store: Store = BucketedParquetStore(
+            self.spark, self.root, rows_per_bucket, buckets=buckets,
+            compact_share=compact_share, max_pending=max_pending)
         self._plans: dict[str, Plan] = {}
         self._schemas: dict[tuple[str, str], Any] = {}
         self.fail_at: Callable[[str], bool] | None = None  # test hook: kill a run at a step
@@ -174,7 +178,8 @@ class SparkMaintainer:
         ins = eff.where("__has_post").select(
             *key, *[eff[f"{c}__post"].alias(c) for c in table.non_key_columns])
         res = self.store.stage(run, name, [ApplyOp("del", dels, key, ()),
-                                           ApplyOp("ins", ins, key, table.column_names)])
+                                           ApplyOp("ins", ins, key, table.column_names)],
+                               rewrite=True)  # base tables stay plain: recomputations read them
         del res
         self.store.publish(run, name)
         self.store.discard(run)
@@ -237,7 +242,9 @@ class SparkMaintainer:
         reg = self.registry()
         return [{"view": v, "watermarks": e["watermarks"],
                  "pending_versions": {t: int(reg["tables"][t]["version"]) - int(w)
-                                      for t, w in e["watermarks"].items()}}
+                                      for t, w in e["watermarks"].items()},
+                 "pending_idiff_rows": {m: sum(int(x["rows"]) for x in self.store.pending(m))
+                                        for m in e["materialized"] if self.store.exists(m)}}
                 for v, e in sorted(reg["views"].items())]
 
     # -- maintenance ----------------------------------------------------------------------------
@@ -272,24 +279,29 @@ class SparkMaintainer:
                     stats.changes[t] = 0
                 else:
                     chg = cdf.fold(self.spark, self.root, table, since[t], upto[t],
-                                   name).localCheckpoint(eager=True)
+                                   name).localCheckpoint(eager=False)  # the count job fills it
                 chg.createOrReplaceTempView(change_table(t))
             known = {change_table(t): n for t, n in stats.changes.items()}
             known |= self._instance_sizes(p, stats, known)
             uses = Counter(r for st in p.statements for r in _reads(st))
+            computes = {st.name: st for st in p.statements if isinstance(st, Compute)}
+            ready: set[str] = set()  # i-diffs registered as temp views in this run
             statements = list(p.statements)
             i = 0
             while i < len(statements):
                 s = statements[i]
                 if isinstance(s, Compute):
-                    self._step(s.name)
-                    t0 = time.perf_counter()
                     inputs = [r for r in _reads(s) if r in known]
                     if inputs and all(known[r] == 0 for r in inputs):
-                        known[s.name] = 0  # only empty i-diffs in: nothing out
-                        df = self._empty(p, s)
-                    else:
-                        df = self.spark.sql(query_sql(s.query, "spark"))
+                        known[s.name] = 0  # only empty i-diffs in: nothing out, nothing run
+                        i += 1
+                        continue
+                    self._step(s.name)
+                    t0 = time.perf_counter()
+                    for r in _reads(s):  # an empty input a live statement reads
+                        if known.get(r) == 0 and r in computes:
+                            self._ensure_empty(p, computes, r, ready)
+                    df = self.spark.sql(query_sql(s.query, "spark"))
                     if known.get(s.name) == 0:
                         pass
                     elif uses[s.name] > 1 and s.phase != "instance":
@@ -297,6 +309,7 @@ class SparkMaintainer:
                         known[s.name] = df.count()
                         stats.idiff_rows[s.name] = known[s.name]
                     df.createOrReplaceTempView(s.name)
+                    ready.add(s.name)
                     stats.statements.append((s.name, time.perf_counter() - t0))
                     i += 1
                     continue
@@ -316,6 +329,7 @@ class SparkMaintainer:
                 t0 = time.perf_counter()
                 res = self.store.stage(run, target, ops)
                 stats.partitions_rewritten[target] = (len(res.touched), res.total)
+                stats.pending_rows[target] = res.pending_rows
                 for op, n in zip(ops, res.rows, strict=True):
                     stats.idiff_rows[f"{op.kind} → {target}"] = \
                         stats.idiff_rows.get(f"{op.kind} → {target}", 0) + n
@@ -337,12 +351,21 @@ class SparkMaintainer:
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def _empty(self, p: Plan, s: Compute) -> Any:
-        """An empty relation with the statement's schema (analyzed once per plan)."""
-        key = (p.name, s.name)
+    def _ensure_empty(self, p: Plan, computes: Mapping[str, Compute], name: str,
+                      ready: set[str]) -> None:
+        """Register a skipped (empty) i-diff as an empty relation of its schema; the schema is
+        analyzed once per plan, over its own inputs registered the same way."""
+        if name in ready:
+            return
+        key = (p.name, name)
         if key not in self._schemas:
+            s = computes[name]
+            for r in _reads(s):
+                if r in computes:
+                    self._ensure_empty(p, computes, r, ready)
             self._schemas[key] = self.spark.sql(query_sql(s.query, "spark")).schema
-        return self.spark.createDataFrame([], self._schemas[key])
+        self.spark.createDataFrame([], self._schemas[key]).createOrReplaceTempView(name)
+        ready.add(name)
 
     def _instance_sizes(self, p: Plan, stats: SparkMaintenanceStats, known: Mapping[str, int]
                         ) -> dict[str, int]:
@@ -430,6 +453,27 @@ class SparkMaintainer:
                 self.spark.catalog.dropTempView(s.name)
         for t in p.tables:
             self.spark.catalog.dropTempView(change_table(t))
+
+    def compact(self, name: str) -> dict[str, tuple[int, int]]:
+        """Fold the pending i-diffs of the view and its caches into their buckets (what a
+        maintenance round does by itself past the thresholds); returns buckets rewritten out
+        of all, per relation. Contents do not change, so no manifest is needed: re-applying
+        pending i-diffs to buckets that already hold their effect changes nothing (each APPLY
+        sets post-state values by IDs, and a later one overrides an earlier one)."""
+        p = self.plan_of(name)
+        out: dict[str, tuple[int, int]] = {}
+        for m in p.materialized:
+            if not self.store.exists(m.name) or not self.store.pending(m.name):
+                continue
+            run = f"{name}_{uuid.uuid4().hex[:8]}"
+            try:
+                res = self.store.stage(run, m.name, [], rewrite=True)
+                self.store.publish(run, m.name)
+            finally:
+                self.store.discard(run)
+            out[m.name] = (len(res.touched), res.total)
+        self._reset_views(p)
+        return out
 
     def recompute(self, name: str) -> Any:
         """The view's query run from scratch over the base tables (for comparison)."""

@@ -6,18 +6,31 @@ or Iceberg store would stage by running the Δ-script's MERGE statements on a br
 publish by committing; it needs jars this project cannot install, so none is shipped.
 
 ``BucketedParquetStore`` keeps each relation as parquet files partitioned by a hash bucket of
-one of its IDs, ``__bucket = pmod(xxhash64(id), N)``. An APPLY touches only the buckets holding
-the rows its i-diff names; staging writes the post-state of exactly those buckets to a staging
-directory, and publishing replaces those bucket directories by copies of the staged ones —
-repeatable after a crash at any point, since the staged files carry post-state rows. Why buckets
-and not Spark's own ``INSERT OVERWRITE … PARTITION``: dynamic overwrite cannot empty a bucket
-(a bucket whose rows all go away would keep its old files), and a copy from staging can be
-repeated, where a move could not.
+one of its IDs, ``__bucket = pmod(xxhash64(id), N)``, plus a short list of *pending i-diffs*
+(merge-on-read, as Iceberg's equality deletes or Delta's deletion vectors, but ID-based):
+
+- **append** (the usual case): a round's APPLYs are written as they are — the i-diffs, a few
+  hundred rows for a few hundred changes — and the relation is read as its bucket files with
+  the pending i-diffs applied in order (small i-diffs: broadcast joins). Maintenance then costs
+  in proportion to the i-diffs, not to the buckets they touch: 200 scattered price updates touch
+  most buckets of any sensible layout.
+- **rewrite** (compaction): when the pending i-diffs grow past a share of the relation or a
+  count, the round writes the post-state of exactly the buckets the pending and new i-diffs
+  touch, and clears the list. Base tables are always rewritten (their post-state is what a
+  recomputation reads).
+
+Staging writes under a run's staging directory; publishing copies into place and then records
+the new pending list in the relation's metadata (an atomic file replace) — repeatable after a
+crash at any point, since staged files carry post-state values and APPLY is idempotent. Why
+buckets and not Spark's own ``INSERT OVERWRITE … PARTITION``: dynamic overwrite cannot empty a
+bucket (a bucket whose rows all go away would keep its old files), and a copy from staging can
+be repeated, where a move could not.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +43,7 @@ from idivm.planner.ruleapi import and_all, c, select, subquery, t, union_all
 
 BUCKET = "__bucket"
 MATCH = "__m"
+PENDING = "_pending"  # Spark's file listing skips names starting with "_"
 
 
 @dataclass(frozen=True)
@@ -45,9 +59,12 @@ class ApplyOp:
 
 @dataclass
 class StageResult:
+    mode: str = "rewrite"  # "append": i-diffs kept pending; "rewrite": touched buckets rewritten
     touched: list[int] = field(default_factory=list)  # buckets rewritten
     total: int = 0  # buckets in all
-    rows: list[int] = field(default_factory=list)  # rows each operation names
+    rows: list[int] = field(default_factory=list)  # rows each operation names (rewrite) or
+    # holds (append)
+    pending_rows: int = 0  # rows of pending i-diffs after the round
     post_state: Any = None  # the relation after the operations (a DataFrame)
 
 
@@ -56,22 +73,30 @@ class Store(Protocol):
     def create(self, name: str, df: Any, key: Sequence[str], bucket_col: str | None) -> None: ...
     def read(self, name: str) -> Any: ...
     def drop(self, name: str) -> None: ...
-    def stage(self, run: str, name: str, ops: Sequence[ApplyOp]) -> StageResult: ...
+    def stage(self, run: str, name: str, ops: Sequence[ApplyOp],
+              rewrite: bool = False) -> StageResult: ...
     def publish(self, run: str, name: str) -> None: ...
     def discard(self, run: str) -> None: ...
     def partitions(self, name: str) -> int: ...
+    def pending(self, name: str) -> list[dict[str, Any]]: ...
 
 
 class BucketedParquetStore:
-    """Parquet directories under ``root/data``, bucketed by one ID column (see module doc)."""
+    """Parquet directories under ``root/data``, bucketed by one ID column, with pending
+    i-diffs (see module doc)."""
 
     def __init__(self, spark: Any, root: Path, rows_per_bucket: int = 2000,
-                 max_buckets: int = 1024, buckets: int | None = None) -> None:
+                 max_buckets: int = 1024, buckets: int | None = None,
+                 compact_share: float = 0.05, max_pending: int = 32) -> None:
         self.spark = spark
         self.root = root
         self.rows_per_bucket = rows_per_bucket
         self.max_buckets = max_buckets
         self.fixed_buckets = buckets
+        self.compact_share = compact_share  # rewrite once pending rows pass this share …
+        self.max_pending = max_pending  # … or this many pending i-diffs
+        self._main: dict[str, Any] = {}  # bucket files read once per version of the files
+        self._raw: dict[str, Any] = {}
 
     # -- layout -------------------------------------------------------------------------------
     def path(self, name: str) -> Path:
@@ -82,7 +107,16 @@ class BucketedParquetStore:
 
     def meta(self, name: str) -> dict[str, Any]:
         meta: dict[str, Any] = json.loads((self.path(name) / "_idivm_meta.json").read_text())
+        meta.setdefault("pending", [])
         return meta
+
+    def _save_meta(self, name: str, meta: dict[str, Any]) -> None:
+        """Atomic replace: a crash leaves the old or the new metadata, never half of one."""
+        target = self.path(name) / "_idivm_meta.json"
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, target)
+        self._raw.pop(name, None)
 
     def exists(self, name: str) -> bool:
         return (self.path(name) / "_idivm_meta.json").exists()
@@ -90,16 +124,14 @@ class BucketedParquetStore:
     def partitions(self, name: str) -> int:
         return int(self.meta(name)["buckets"])
 
+    def pending(self, name: str) -> list[dict[str, Any]]:
+        """The pending i-diffs, in the order they apply."""
+        return list(self.meta(name)["pending"])
+
     def _schema(self, name: str) -> Any:
         from pyspark.sql.types import StructType
 
         return StructType.fromJson(self.meta(name)["schema"])
-
-    def _bucket_expr(self, name: str) -> Any:
-        from pyspark.sql import functions as F
-
-        m = self.meta(name)
-        return F.pmod(F.xxhash64(F.col(m["bucket_col"])), F.lit(int(m["buckets"])))
 
     # -- create / read / drop -------------------------------------------------------------------
     def create(self, name: str, df: Any, key: Sequence[str], bucket_col: str | None) -> None:
@@ -108,6 +140,8 @@ class BucketedParquetStore:
         path = self.path(name)
         if path.exists():
             shutil.rmtree(path)
+        self._main.pop(name, None)
+        self._raw.pop(name, None)
         rows = df.count()
         n = self.fixed_buckets or _pow2(max(1, rows // self.rows_per_bucket))
         n = max(1, min(n, self.max_buckets))
@@ -115,37 +149,72 @@ class BucketedParquetStore:
         from pyspark.sql.types import IntegerType, StructType
 
         schema = StructType(list(df.schema.fields)).add(BUCKET, IntegerType(), False)
-        meta = {"key": list(key), "bucket_col": col, "buckets": n, "schema": schema.jsonValue()}
+        meta = {"key": list(key), "bucket_col": col, "buckets": n, "schema": schema.jsonValue(),
+                "rows": rows, "pending": []}
         df = df.withColumn(BUCKET, F.pmod(F.xxhash64(F.col(col)), F.lit(n)).cast("int"))
-        df.write.mode("overwrite").partitionBy(BUCKET).parquet(str(path))
+        # one file per bucket: without the shuffle every task writes a file into every bucket
+        df.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET).parquet(str(path))
         path.mkdir(parents=True, exist_ok=True)
-        (path / "_idivm_meta.json").write_text(json.dumps(meta))
+        self._save_meta(name, meta)
+
+    def _read_main(self, name: str) -> Any:
+        """The bucket files alone, with ``__bucket``; kept until they change, so the file
+        listing is done once."""
+        if name not in self._main:
+            self._main[name] = self.spark.read.schema(self._schema(name)).parquet(
+                str(self.path(name)))
+        return self._main[name]
 
     def read_raw(self, name: str) -> Any:
-        """The relation with its ``__bucket`` column (for pruning by bucket)."""
-        return self.spark.read.schema(self._schema(name)).parquet(str(self.path(name)))
+        """The relation with its ``__bucket`` column: bucket files, pending i-diffs applied."""
+        if name not in self._raw:
+            meta = self.meta(name)
+            self._raw[name] = self._merged(name, meta, [
+                (_op_of(e), self.path(name) / PENDING / e["file"]) for e in meta["pending"]])
+        return self._raw[name]
 
     def read(self, name: str) -> Any:
         return self.read_raw(name).drop(BUCKET)
 
     def drop(self, name: str) -> None:
         shutil.rmtree(self.path(name), ignore_errors=True)
+        self._main.pop(name, None)
+        self._raw.pop(name, None)
+
+    def _merged(self, name: str, meta: dict[str, Any], ops: Sequence[tuple[ApplyOp, Path]]
+                ) -> Any:
+        """Bucket files with the i-diffs stored at the given paths applied in order."""
+        main = self._read_main(name)
+        if not ops:
+            return main
+        cols = [f.name for f in main.schema.fields if f.name != BUCKET]
+        base = f"__idivm_main_{name}"
+        main.createOrReplaceTempView(base)
+        q: exp.Select = select([(k, c(k, "r")) for k in cols], t(base, "r"))
+        for i, (op, path) in enumerate(ops):
+            d = f"__idivm_pend_{name}_{i}"
+            self.spark.read.parquet(str(path)).createOrReplaceTempView(d)
+            q = _apply_sql(q, op, d, cols, meta["key"], f"s{i}")
+        final = select([(k, c(k, "z")) for k in cols]
+                       + [(BUCKET, exp.cast(self._bucket_sql(meta, "z"), "INT"))],
+                       subquery(q, "z"))
+        return self.spark.sql(final.sql("spark"))
 
     # -- applying i-diffs -----------------------------------------------------------------------
-    def _bucket_sql(self, name: str, alias: str | None = None) -> exp.Expr:
-        m = self.meta(name)
-        return exp.func("PMOD", exp.func("XXHASH64", c(m["bucket_col"], alias)),
-                        exp.Literal.number(int(m["buckets"])))
+    @staticmethod
+    def _bucket_sql(meta: dict[str, Any], alias: str | None = None) -> exp.Expr:
+        return exp.func("PMOD", exp.func("XXHASH64", c(meta["bucket_col"], alias)),
+                        exp.Literal.number(int(meta["buckets"])))
 
-    def _touched(self, name: str, raw: str, ops: Sequence[tuple[ApplyOp, str]]
+    def _touched(self, meta: dict[str, Any], raw: str, ops: Sequence[tuple[ApplyOp, str]]
                  ) -> tuple[list[int], list[int]]:
         """The buckets the operations touch, and how many rows each names (one Spark job)."""
-        col = self.meta(name)["bucket_col"]
+        col = meta["bucket_col"]
         parts: list[exp.Select] = []
         for i, (op, d) in enumerate(ops):
             if op.kind == "ins" or col in op.ids:
                 parts.append(select([("__op", exp.Literal.number(i)),
-                                     (BUCKET, self._bucket_sql(name, "d"))], t(d, "d")))
+                                     (BUCKET, self._bucket_sql(meta, "d"))], t(d, "d")))
             else:  # the i-diff names rows by other IDs: find the buckets of those rows
                 q = select([("__op", exp.Literal.number(i)), (BUCKET, c(BUCKET, "r"))],
                            t(raw, "r"))
@@ -161,60 +230,138 @@ class BucketedParquetStore:
             per_op[int(r["__op"])] += int(r["n"])
         return sorted({int(r[BUCKET]) for r in rows}), per_op
 
-    def stage(self, run: str, name: str, ops: Sequence[ApplyOp]) -> StageResult:
-        """Write the post-state of every bucket the operations touch to the staging area.
+    def stage(self, run: str, name: str, ops: Sequence[ApplyOp],
+              rewrite: bool = False) -> StageResult:
+        """Stage the effect of the operations: append them as pending i-diffs, or — when asked,
+        or when the pending i-diffs have grown too large — rewrite the buckets they touch."""
+        meta = self.meta(name)
+        out = self.staging(run, name)
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        if not rewrite:
+            res = self._stage_append(name, meta, ops, out)
+            if res is not None:
+                return res
+        return self._stage_rewrite(name, meta, ops, out)
 
-        The APPLYs become one SQL query (one analysis, one job) over the touched buckets.
-        """
-        m = self.meta(name)
+    def _stage_append(self, name: str, meta: dict[str, Any], ops: Sequence[ApplyOp],
+                      out: Path) -> StageResult | None:
+        """Write each i-diff as it is (one job each, one count job); None when the pending
+        i-diffs would then pass the compaction thresholds."""
+        entries: list[dict[str, Any]] = []
+        for i, op in enumerate(ops):
+            f = f"{out.parent.name}_{i:03d}"
+            op.diff.coalesce(1).write.mode("overwrite").parquet(str(out / f))
+            entries.append({"file": f, "kind": op.kind, "ids": list(op.ids),
+                            "columns": list(op.columns), "nullable": sorted(op.nullable)})
+        counts = self._count_files([out / e["file"] for e in entries])
+        for e, n in zip(entries, counts, strict=True):
+            e["rows"] = n
+        pending = meta["pending"] + entries
+        pending_rows = sum(int(e["rows"]) for e in pending)
+        if len(pending) > self.max_pending or \
+                pending_rows > self.compact_share * max(1, int(meta.get("rows", 0))):
+            shutil.rmtree(out)
+            out.mkdir(parents=True)
+            return None
+        (out / "_stage.json").write_text(json.dumps({"mode": "append", "entries": entries}))
+        paths = [(_op_of(e), self.path(name) / PENDING / e["file"]) for e in meta["pending"]]
+        paths += [(_op_of(e), out / e["file"]) for e in entries]
+        return StageResult("append", [], int(meta["buckets"]), counts, pending_rows,
+                           self._merged(name, meta, paths).drop(BUCKET))
+
+    def _count_files(self, paths: Sequence[Path]) -> list[int]:
+        """Rows of each parquet directory, in one job (counts come from the footers)."""
+        if not paths:
+            return []
+        parts = []
+        for i, p in enumerate(paths):
+            v = f"__idivm_count_{i}"
+            self.spark.read.parquet(str(p)).createOrReplaceTempView(v)
+            parts.append(select([("i", exp.Literal.number(i)),
+                                 ("n", exp.func("COUNT", exp.Star()))], t(v, "x")))
+        got = {int(r["i"]): int(r["n"]) for r in
+               self.spark.sql(union_all(parts).sql("spark")).collect()}
+        return [got.get(i, 0) for i in range(len(paths))]
+
+    def _stage_rewrite(self, name: str, meta: dict[str, Any], ops: Sequence[ApplyOp],
+                       out: Path) -> StageResult:
+        """The post-state of every bucket the pending and new operations touch, written to the
+        staging area in one SQL query (one analysis, one job)."""
         schema = self._schema(name)
         fields = [f for f in schema.fields if f.name != BUCKET]
         cols = [f.name for f in fields]
         raw = f"__idivm_raw_{name}"
-        self.read_raw(name).createOrReplaceTempView(raw)
-        named = []
+        self._read_main(name).createOrReplaceTempView(raw)
+        named: list[tuple[ApplyOp, str]] = []
+        for j, e in enumerate(meta["pending"]):  # pending i-diffs first, in their order
+            d = f"__idivm_pend_{name}_{j}"
+            self.spark.read.parquet(str(self.path(name) / PENDING / e["file"])) \
+                .createOrReplaceTempView(d)
+            named.append((_op_of(e), d))
+        first_new = len(named)
         for i, op in enumerate(ops):
             d = f"__idivm_op{i}_{name}"
             op.diff.createOrReplaceTempView(d)
             named.append((op, d))
-        touched, per_op = self._touched(name, raw, named)
+        touched, per_op = self._touched(meta, raw, named)
         in_touched = exp.In(this=c(BUCKET, "r"), expressions=[
             exp.Literal.number(b) for b in touched]) if touched else exp.false()
         q: exp.Select = select([(k, c(k, "r")) for k in cols], t(raw, "r"), in_touched)
         for i, (op, d) in enumerate(named):
-            q = _apply_sql(q, op, d, cols, m["key"], f"s{i}")
+            q = _apply_sql(q, op, d, cols, meta["key"], f"s{i}")
         final = select([(f.name, exp.cast(c(f.name, "z"), exp.DataType.build(
             f.dataType.simpleString(), dialect="spark"))) for f in fields]
-            + [(BUCKET, exp.cast(self._bucket_sql(name, "z"), "INT"))], subquery(q, "z"))
-        out = self.staging(run, name)
-        if out.exists():
-            shutil.rmtree(out)
-        self.spark.sql(final.sql("spark")).write.mode("overwrite").partitionBy(BUCKET) \
-            .parquet(str(out))
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "_touched.json").write_text(json.dumps(touched))
+            + [(BUCKET, exp.cast(self._bucket_sql(meta, "z"), "INT"))], subquery(q, "z"))
+        data = out / "buckets"
+        self.spark.sql(final.sql("spark")).repartition(BUCKET).write.mode("overwrite") \
+            .partitionBy(BUCKET).parquet(str(data))
+        data.mkdir(parents=True, exist_ok=True)
+        (out / "_stage.json").write_text(json.dumps({"mode": "rewrite", "touched": touched}))
         staged = f"__idivm_staged_{name}"
-        self.spark.read.schema(schema).parquet(str(out)).createOrReplaceTempView(staged)
+        self.spark.read.schema(schema).parquet(str(data)).createOrReplaceTempView(staged)
         kept = select([(k, c(k, "r")) for k in cols], t(raw, "r"), exp.Not(this=in_touched))
         post = union_all([kept, select([(k, c(k, "s")) for k in cols], t(staged, "s"))])
-        return StageResult(touched, int(m["buckets"]), per_op, self.spark.sql(post.sql("spark")))
-
-    def _staged_touched(self, run: str, name: str) -> list[int]:
-        p = self.staging(run, name) / "_touched.json"
-        return list(json.loads(p.read_text())) if p.exists() else []
+        return StageResult("rewrite", touched, int(meta["buckets"]), per_op[first_new:], 0,
+                           self.spark.sql(post.sql("spark")))
 
     def publish(self, run: str, name: str) -> None:
-        """Replace each touched bucket by its staged copy (or remove it when it emptied)."""
-        staged = self.staging(run, name)
-        for b in self._staged_touched(run, name):
+        """Put a staged round in place; repeatable. Append: copy the i-diffs under
+        ``_pending`` and list them. Rewrite: replace each touched bucket by its staged copy
+        (or remove it when it emptied), then clear the pending list."""
+        out = self.staging(run, name)
+        info = json.loads((out / "_stage.json").read_text())
+        meta = self.meta(name)
+        if info["mode"] == "append":
+            listed = {e["file"] for e in meta["pending"]}
+            for e in info["entries"]:
+                target = self.path(name) / PENDING / e["file"]
+                if e["file"] not in listed:
+                    shutil.rmtree(target, ignore_errors=True)
+                    shutil.copytree(out / e["file"], target)
+                    meta["pending"].append(e)
+            self._save_meta(name, meta)
+            return
+        self._main.pop(name, None)
+        for b in info["touched"]:
             target = self.path(name) / f"{BUCKET}={b}"
             shutil.rmtree(target, ignore_errors=True)
-            src = staged / f"{BUCKET}={b}"
+            src = out / "buckets" / f"{BUCKET}={b}"
             if src.exists():
                 shutil.copytree(src, target)
+        meta["pending"] = []
+        self._save_meta(name, meta)
+        shutil.rmtree(self.path(name) / PENDING, ignore_errors=True)
 
     def discard(self, run: str) -> None:
         shutil.rmtree(self.root / "_staging" / run, ignore_errors=True)
+
+
+def _op_of(entry: dict[str, Any]) -> ApplyOp:
+    """A pending i-diff's APPLY (its rows are read from its file by the caller)."""
+    return ApplyOp(entry["kind"], None, tuple(entry["ids"]), tuple(entry["columns"]),
+                   frozenset(entry.get("nullable", ())))
 
 
 def _pow2(n: int) -> int:

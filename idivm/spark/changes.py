@@ -99,7 +99,12 @@ def read_log(spark: Any, root: Path, table: Table, since: int, upto: int) -> Any
     path = log_path(root, table.name)
     if not path.exists() or upto <= since:
         return None
-    df = spark.read.parquet(str(path)).where(
+    # the log's schema, so that reading it infers nothing from its files
+    types = [(c.name, exp.DataType.build(c.type, dialect="postgres")) for c in table.columns]
+    types += [(CHANGE_TYPE, exp.DataType.build("STRING")), (VERSION, exp.DataType.build("BIGINT"))]
+    schema = ", ".join(f"{exp.to_identifier(n, quoted=True).sql('spark')} {ty.sql('spark')}"
+                       for n, ty in types)
+    df = spark.read.schema(schema).parquet(str(path)).where(
         (F.col(VERSION) > since) & (F.col(VERSION) <= upto))
     op = F.when(F.col(CHANGE_TYPE).isin(*OLD_IMAGES), F.lit("D")).otherwise(F.lit("I"))
     seq = F.col(VERSION) * 2 + F.when(F.col(CHANGE_TYPE).isin(*OLD_IMAGES), 0).otherwise(1)

@@ -27,16 +27,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlglot import exp
+
 from idivm.catalog import Catalog
 from idivm.errors import BackendError, IdivmError
 from idivm.plan import Plan, plan
 from idivm.planner.model import change_table
+from idivm.planner.prune import prune_empty
 from idivm.script import Apply, Compute, query_sql
 from idivm.spark import changes as cdf
 from idivm.spark.session import embedded_session
 from idivm.spark.storage import ApplyOp, BucketedParquetStore, Store
 
 log = logging.getLogger("idivm.spark")
+
+# Checkpointed relations carry no size estimate, so Spark would sort-merge-join a large stored
+# relation against a 200-row i-diff; i-diffs known to be at most this many rows are hinted as
+# broadcast (hash) join inputs instead.
+BROADCAST_ROWS = 1_000_000
 
 
 class InjectedFailure(BaseException):
@@ -70,7 +78,7 @@ class SparkMaintainer:
     def __init__(self, catalog: Catalog, warehouse: str | os.PathLike[str], spark: Any = None,
                  master: str | None = None, buckets: int | None = None,
                  rows_per_bucket: int = 2000, compact_share: float = 0.05,
-                 max_pending: int = 32) -> None:
+                 max_pending: int = 8) -> None:
         self.catalog = catalog
         self.root = Path(warehouse).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -144,7 +152,6 @@ class SparkMaintainer:
     def _typed(self, name: str, df: Any, keep: Sequence[str] = ()) -> Any:
         """Columns cast to the catalog's types (as Spark spells them)."""
         from pyspark.sql import functions as F
-        from sqlglot import exp
 
         table = self.catalog.table(name)
         out = []
@@ -253,6 +260,8 @@ class SparkMaintainer:
 
     def maintain(self, name: str) -> SparkMaintenanceStats:
         """Bring the view up to date with every recorded change after its watermark."""
+        from pyspark.sql import functions as F
+
         p = self.plan_of(name)
         stats = SparkMaintenanceStats(name)
         start = time.perf_counter()
@@ -272,6 +281,7 @@ class SparkMaintainer:
         staged: list[str] = []
         try:
             self._step("fold")
+            folded: dict[str, Any] = {}
             for t in p.tables:
                 table = self.catalog.table(t)
                 if upto[t] == since[t]:  # no new version: no job needed to know it is empty
@@ -280,9 +290,13 @@ class SparkMaintainer:
                 else:
                     chg = cdf.fold(self.spark, self.root, table, since[t], upto[t],
                                    name).localCheckpoint(eager=False)  # the count job fills it
+                    folded[change_table(t)] = chg
                 chg.createOrReplaceTempView(change_table(t))
             known = {change_table(t): n for t, n in stats.changes.items()}
             known |= self._instance_sizes(p, stats, known)
+            for ct, chg in folded.items():
+                if known[ct] <= BROADCAST_ROWS:
+                    F.broadcast(chg).createOrReplaceTempView(ct)
             uses = Counter(r for st in p.statements for r in _reads(st))
             computes = {st.name: st for st in p.statements if isinstance(st, Compute)}
             ready: set[str] = set()  # i-diffs registered as temp views in this run
@@ -301,13 +315,16 @@ class SparkMaintainer:
                     for r in _reads(s):  # an empty input a live statement reads
                         if known.get(r) == 0 and r in computes:
                             self._ensure_empty(p, computes, r, ready)
-                    df = self.spark.sql(query_sql(s.query, "spark"))
+                    empty = {r for r in _reads(s) if known.get(r) == 0}
+                    df = self.spark.sql(query_sql(prune_empty(s.query, empty), "spark"))
                     if known.get(s.name) == 0:
                         pass
                     elif uses[s.name] > 1 and s.phase != "instance":
                         df = df.localCheckpoint(eager=True)  # read more than once: keep it
                         known[s.name] = df.count()
                         stats.idiff_rows[s.name] = known[s.name]
+                        if known[s.name] <= BROADCAST_ROWS:
+                            df = F.broadcast(df)
                     df.createOrReplaceTempView(s.name)
                     ready.add(s.name)
                     stats.statements.append((s.name, time.perf_counter() - t0))
@@ -364,14 +381,17 @@ class SparkMaintainer:
                 if r in computes:
                     self._ensure_empty(p, computes, r, ready)
             self._schemas[key] = self.spark.sql(query_sql(s.query, "spark")).schema
-        self.spark.createDataFrame([], self._schemas[key]).createOrReplaceTempView(name)
+        # an empty local relation (not an empty RDD): Spark sizes it at 0 and prunes joins on it
+        empty = exp.select(*[exp.alias_(exp.cast(exp.null(), exp.DataType.build(
+            f.dataType.simpleString(), dialect="spark")), f.name, quoted=True)
+            for f in self._schemas[key].fields]).where(exp.false())
+        self.spark.sql(empty.sql("spark")).createOrReplaceTempView(name)
         ready.add(name)
 
     def _instance_sizes(self, p: Plan, stats: SparkMaintenanceStats, known: Mapping[str, int]
                         ) -> dict[str, int]:
         """Rows of every base-table i-diff (§5 instances), one aggregate job per changed table
         — so rules fed only by empty i-diffs are skipped without running them."""
-        from sqlglot import exp
 
         by_table: dict[str, list[Compute]] = {
             change_table(t): [] for t in p.tables if known.get(change_table(t)) != 0}
@@ -484,7 +504,6 @@ def _reads(s: Any) -> list[str]:
     """The relations a statement reads (i-diffs, snapshots, change tables, stored tables)."""
     if isinstance(s, Apply):
         return [s.diff]
-    from sqlglot import exp
 
     return [tb.name for tb in s.query.find_all(exp.Table)]
 

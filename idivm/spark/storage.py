@@ -87,7 +87,7 @@ class BucketedParquetStore:
 
     def __init__(self, spark: Any, root: Path, rows_per_bucket: int = 2000,
                  max_buckets: int = 1024, buckets: int | None = None,
-                 compact_share: float = 0.05, max_pending: int = 32) -> None:
+                 compact_share: float = 0.05, max_pending: int = 8) -> None:
         self.spark = spark
         self.root = root
         self.rows_per_bucket = rows_per_bucket
@@ -97,6 +97,7 @@ class BucketedParquetStore:
         self.max_pending = max_pending  # … or this many pending i-diffs
         self._main: dict[str, Any] = {}  # bucket files read once per version of the files
         self._raw: dict[str, Any] = {}
+        self._files: dict[str, Any] = {}  # i-diff files never change once written
 
     # -- layout -------------------------------------------------------------------------------
     def path(self, name: str) -> Path:
@@ -170,7 +171,7 @@ class BucketedParquetStore:
         if name not in self._raw:
             meta = self.meta(name)
             self._raw[name] = self._merged(name, meta, [
-                (_op_of(e), self.path(name) / PENDING / e["file"]) for e in meta["pending"]])
+                (e, self.path(name) / PENDING / e["file"]) for e in meta["pending"]])
         return self._raw[name]
 
     def read(self, name: str) -> Any:
@@ -181,8 +182,20 @@ class BucketedParquetStore:
         self._main.pop(name, None)
         self._raw.pop(name, None)
 
-    def _merged(self, name: str, meta: dict[str, Any], ops: Sequence[tuple[ApplyOp, Path]]
-                ) -> Any:
+    def _idiff_file(self, entry: dict[str, Any], path: Path) -> Any:
+        """A stored i-diff, read with its recorded schema (no inference) and kept."""
+        key = str(path)
+        if key not in self._files:
+            from pyspark.sql.types import StructType
+
+            reader = self.spark.read
+            if "schema" in entry:
+                reader = reader.schema(StructType.fromJson(entry["schema"]))
+            self._files[key] = reader.parquet(key)
+        return self._files[key]
+
+    def _merged(self, name: str, meta: dict[str, Any],
+                ops: Sequence[tuple[dict[str, Any], Path]]) -> Any:
         """Bucket files with the i-diffs stored at the given paths applied in order."""
         main = self._read_main(name)
         if not ops:
@@ -191,10 +204,11 @@ class BucketedParquetStore:
         base = f"__idivm_main_{name}"
         main.createOrReplaceTempView(base)
         q: exp.Select = select([(k, c(k, "r")) for k in cols], t(base, "r"))
-        for i, (op, path) in enumerate(ops):
+        for i, (entry, path) in enumerate(ops):
             d = f"__idivm_pend_{name}_{i}"
-            self.spark.read.parquet(str(path)).createOrReplaceTempView(d)
-            q = _apply_sql(q, op, d, cols, meta["key"], f"s{i}")
+            self._idiff_file(entry, path).createOrReplaceTempView(d)
+            q = _apply_sql(q, _op_of(entry), d, cols, meta["key"], f"s{i}",
+                           distinct=not entry.get("distinct"))
         final = select([(k, c(k, "z")) for k in cols]
                        + [(BUCKET, exp.cast(self._bucket_sql(meta, "z"), "INT"))],
                        subquery(q, "z"))
@@ -247,17 +261,25 @@ class BucketedParquetStore:
 
     def _stage_append(self, name: str, meta: dict[str, Any], ops: Sequence[ApplyOp],
                       out: Path) -> StageResult | None:
-        """Write each i-diff as it is (one job each, one count job); None when the pending
-        i-diffs would then pass the compaction thresholds."""
+        """Write each i-diff as it is (one job each, counted while written); None when the
+        pending i-diffs would then pass the compaction thresholds."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         entries: list[dict[str, Any]] = []
+        counts: list[int] = []
+        cols = [f.name for f in self._schema(name).fields if f.name != BUCKET]
         for i, op in enumerate(ops):
             f = f"{out.parent.name}_{i:03d}"
-            op.diff.coalesce(1).write.mode("overwrite").parquet(str(out / f))
+            seen = Observation(f"idivm_rows_{i}")
+            stored = _stored_form(op, cols)
+            stored.observe(seen, F.count(F.lit(1)).alias("n")).coalesce(1) \
+                .write.mode("overwrite").parquet(str(out / f))
+            counts.append(int(seen.get["n"]))
             entries.append({"file": f, "kind": op.kind, "ids": list(op.ids),
-                            "columns": list(op.columns), "nullable": sorted(op.nullable)})
-        counts = self._count_files([out / e["file"] for e in entries])
-        for e, n in zip(entries, counts, strict=True):
-            e["rows"] = n
+                            "columns": list(op.columns), "nullable": sorted(op.nullable),
+                            "schema": stored.schema.jsonValue(), "rows": counts[-1],
+                            "distinct": True})
         pending = meta["pending"] + entries
         pending_rows = sum(int(e["rows"]) for e in pending)
         if len(pending) > self.max_pending or \
@@ -266,24 +288,10 @@ class BucketedParquetStore:
             out.mkdir(parents=True)
             return None
         (out / "_stage.json").write_text(json.dumps({"mode": "append", "entries": entries}))
-        paths = [(_op_of(e), self.path(name) / PENDING / e["file"]) for e in meta["pending"]]
-        paths += [(_op_of(e), out / e["file"]) for e in entries]
+        paths = [(e, self.path(name) / PENDING / e["file"]) for e in meta["pending"]]
+        paths += [(e, out / e["file"]) for e in entries]
         return StageResult("append", [], int(meta["buckets"]), counts, pending_rows,
                            self._merged(name, meta, paths).drop(BUCKET))
-
-    def _count_files(self, paths: Sequence[Path]) -> list[int]:
-        """Rows of each parquet directory, in one job (counts come from the footers)."""
-        if not paths:
-            return []
-        parts = []
-        for i, p in enumerate(paths):
-            v = f"__idivm_count_{i}"
-            self.spark.read.parquet(str(p)).createOrReplaceTempView(v)
-            parts.append(select([("i", exp.Literal.number(i)),
-                                 ("n", exp.func("COUNT", exp.Star()))], t(v, "x")))
-        got = {int(r["i"]): int(r["n"]) for r in
-               self.spark.sql(union_all(parts).sql("spark")).collect()}
-        return [got.get(i, 0) for i in range(len(paths))]
 
     def _stage_rewrite(self, name: str, meta: dict[str, Any], ops: Sequence[ApplyOp],
                        out: Path) -> StageResult:
@@ -295,11 +303,13 @@ class BucketedParquetStore:
         raw = f"__idivm_raw_{name}"
         self._read_main(name).createOrReplaceTempView(raw)
         named: list[tuple[ApplyOp, str]] = []
+        stored: set[int] = set()  # operations read from distinct pending files
         for j, e in enumerate(meta["pending"]):  # pending i-diffs first, in their order
             d = f"__idivm_pend_{name}_{j}"
-            self.spark.read.parquet(str(self.path(name) / PENDING / e["file"])) \
-                .createOrReplaceTempView(d)
+            self._idiff_file(e, self.path(name) / PENDING / e["file"]).createOrReplaceTempView(d)
             named.append((_op_of(e), d))
+            if e.get("distinct"):
+                stored.add(j)
         first_new = len(named)
         for i, op in enumerate(ops):
             d = f"__idivm_op{i}_{name}"
@@ -310,7 +320,7 @@ class BucketedParquetStore:
             exp.Literal.number(b) for b in touched]) if touched else exp.false()
         q: exp.Select = select([(k, c(k, "r")) for k in cols], t(raw, "r"), in_touched)
         for i, (op, d) in enumerate(named):
-            q = _apply_sql(q, op, d, cols, meta["key"], f"s{i}")
+            q = _apply_sql(q, op, d, cols, meta["key"], f"s{i}", distinct=i not in stored)
         final = select([(f.name, exp.cast(c(f.name, "z"), exp.DataType.build(
             f.dataType.simpleString(), dialect="spark"))) for f in fields]
             + [(BUCKET, exp.cast(self._bucket_sql(meta, "z"), "INT"))], subquery(q, "z"))
@@ -380,26 +390,40 @@ def _on(ids: Sequence[str], left: str, right: str, nullable: frozenset[str]) -> 
     return and_all(parts)
 
 
+def _stored_form(op: ApplyOp, cols: Sequence[str]) -> Any:
+    """The i-diff as a pending file keeps it: just the columns its APPLY reads, distinct (so
+    that reading it back needs no aggregation)."""
+    from pyspark.sql import functions as F
+
+    if op.kind == "del":
+        keep = list(op.ids)
+    elif op.kind == "upd":
+        keep = [*op.ids, *(f"{k}__post" for k in op.columns)]
+    else:
+        keep = list(cols)
+    return op.diff.select(*[F.col(f"`{k}`") for k in keep]).distinct()
+
+
 def _apply_sql(q: exp.Select, op: ApplyOp, d: str, cols: Sequence[str], key: Sequence[str],
-               alias: str) -> exp.Select:
+               alias: str, distinct: bool = True) -> exp.Select:
     """APPLY (§2) as SQL over the rows so far: DELETE by IDs, UPDATE … SET by IDs, or
-    insert-or-replace by the key."""
+    insert-or-replace by the key. ``distinct=False`` for i-diffs stored distinct already."""
     cur = subquery(q, alias)
     if op.kind == "del":
-        ids = select([(k, c(k, "x")) for k in op.ids], t(d, "x"), distinct=True)
+        ids = select([(k, c(k, "x")) for k in op.ids], t(d, "x"), distinct=distinct)
         return select([(k, c(k, alias)) for k in cols], cur).join(
             subquery(ids, "d"), on=_on(op.ids, alias, "d", op.nullable), join_type="left anti")
     if op.kind == "upd":
         posts = [(f"{k}__post", c(f"{k}__post", "x")) for k in op.columns]
         ids = select([(k, c(k, "x")) for k in op.ids] + posts + [(MATCH, exp.true())],
-                     t(d, "x"), distinct=True)
+                     t(d, "x"), distinct=distinct)
         items = [(k, exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(
             this=c(MATCH, "d"), expression=exp.null())), true=c(f"{k}__post", "d"))],
             default=c(k, alias)) if k in op.columns else c(k, alias)) for k in cols]
         return select(items, cur).join(subquery(ids, "d"),
                                        on=_on(op.ids, alias, "d", op.nullable), join_type="left")
-    rows = select([(k, c(k, "x")) for k in cols], t(d, "x"), distinct=True)
-    keys = select([(k, c(k, "x")) for k in key], t(d, "x"), distinct=True)
+    rows = select([(k, c(k, "x")) for k in cols], t(d, "x"), distinct=distinct)
+    keys = select([(k, c(k, "x")) for k in key], t(d, "x"), distinct=distinct)
     kept = select([(k, c(k, alias)) for k in cols], cur).join(
         subquery(keys, "d"), on=_on(key, alias, "d", op.nullable), join_type="left anti")
     return select([(k, c(k, "y")) for k in cols], subquery(union_all([kept, rows]), "y"))

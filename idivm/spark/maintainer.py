@@ -89,6 +89,7 @@ class SparkMaintainer:
         self._plans: dict[str, Plan] = {}
         self._schemas: dict[tuple[str, str], Any] = {}
         self.fail_at: Callable[[str], bool] | None = None  # test hook: kill a run at a step
+        self._dirty: set[str] = set()  # views whose last run did not finish in this session
         self._register_all()
 
     # -- registry -------------------------------------------------------------------------------
@@ -265,7 +266,9 @@ class SparkMaintainer:
         p = self.plan_of(name)
         stats = SparkMaintenanceStats(name)
         start = time.perf_counter()
-        self._reset_views(p)  # a killed run may have left staged post-states in the session
+        if name in self._dirty:  # a killed run left staged post-states in the session
+            self._reset_views(p)
+        self._dirty.add(name)
         self._sweep(name)
         if self._manifest(name).exists():  # a run staged everything, then died: finish it
             self._publish(p, json.loads(self._manifest(name).read_text()))
@@ -275,6 +278,7 @@ class SparkMaintainer:
         upto = {t: int(reg["tables"][t]["version"]) for t in p.tables}
         since = {t: int(entry["watermarks"][t]) for t in p.tables}
         if upto == since:
+            self._dirty.discard(name)
             stats.seconds = time.perf_counter() - start
             return stats
         run = f"{name}_{uuid.uuid4().hex[:8]}"
@@ -306,7 +310,7 @@ class SparkMaintainer:
                 s = statements[i]
                 if isinstance(s, Compute):
                     inputs = [r for r in _reads(s) if r in known]
-                    if inputs and all(known[r] == 0 for r in inputs):
+                    if known.get(s.name) == 0 or inputs and all(known[r] == 0 for r in inputs):
                         known[s.name] = 0  # only empty i-diffs in: nothing out, nothing run
                         i += 1
                         continue
@@ -350,7 +354,8 @@ class SparkMaintainer:
                 for op, n in zip(ops, res.rows, strict=True):
                     stats.idiff_rows[f"{op.kind} → {target}"] = \
                         stats.idiff_rows.get(f"{op.kind} → {target}", 0) + n
-                res.post_state.createOrReplaceTempView(target)
+                if any(target in _reads(st) for st in statements[i:]):
+                    res.post_state.createOrReplaceTempView(target)  # later statements read it
                 staged.append(target)
                 stats.statements.append((f"stage {target}", time.perf_counter() - t0))
             self._step("manifest")
@@ -365,6 +370,7 @@ class SparkMaintainer:
             raise
         self._publish(p, manifest)
         self._drop_temps(p)
+        self._dirty.discard(name)
         stats.seconds = time.perf_counter() - start
         return stats
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,7 +65,14 @@ class StageResult:
     rows: list[int] = field(default_factory=list)  # rows each operation names (rewrite) or
     # holds (append)
     pending_rows: int = 0  # rows of pending i-diffs after the round
-    post_state: Any = None  # the relation after the operations (a DataFrame)
+    post: Callable[[], Any] | None = None  # builds the relation after the operations
+
+    @property
+    def post_state(self) -> Any:
+        """The relation after the operations (a DataFrame; built on demand, as only a cache
+        that later statements read needs it)."""
+        assert self.post is not None
+        return self.post()
 
 
 class Store(Protocol):
@@ -291,7 +298,7 @@ class BucketedParquetStore:
         paths = [(e, self.path(name) / PENDING / e["file"]) for e in meta["pending"]]
         paths += [(e, out / e["file"]) for e in entries]
         return StageResult("append", [], int(meta["buckets"]), counts, pending_rows,
-                           self._merged(name, meta, paths).drop(BUCKET))
+                           lambda: self._merged(name, meta, paths).drop(BUCKET))
 
     def _stage_rewrite(self, name: str, meta: dict[str, Any], ops: Sequence[ApplyOp],
                        out: Path) -> StageResult:
@@ -329,12 +336,17 @@ class BucketedParquetStore:
             .partitionBy(BUCKET).parquet(str(data))
         data.mkdir(parents=True, exist_ok=True)
         (out / "_stage.json").write_text(json.dumps({"mode": "rewrite", "touched": touched}))
-        staged = f"__idivm_staged_{name}"
-        self.spark.read.schema(schema).parquet(str(data)).createOrReplaceTempView(staged)
-        kept = select([(k, c(k, "r")) for k in cols], t(raw, "r"), exp.Not(this=in_touched))
-        post = union_all([kept, select([(k, c(k, "s")) for k in cols], t(staged, "s"))])
+
+        def post() -> Any:
+            staged = f"__idivm_staged_{name}"
+            self.spark.read.schema(schema).parquet(str(data)).createOrReplaceTempView(staged)
+            self._read_main(name).createOrReplaceTempView(raw)
+            kept = select([(k, c(k, "r")) for k in cols], t(raw, "r"), exp.Not(this=in_touched))
+            rows = union_all([kept, select([(k, c(k, "s")) for k in cols], t(staged, "s"))])
+            return self.spark.sql(rows.sql("spark"))
+
         return StageResult("rewrite", touched, int(meta["buckets"]), per_op[first_new:], 0,
-                           self.spark.sql(post.sql("spark")))
+                           post)
 
     def publish(self, run: str, name: str) -> None:
         """Put a staged round in place; repeatable. Append: copy the i-diffs under

@@ -186,8 +186,11 @@ def cmd_bench_spark(args: argparse.Namespace) -> int:
         raise IdivmError("--fanout must be at least 1 and --phones in (0, 1]")
     if args.buckets is not None and args.buckets < 1:
         raise IdivmError("--buckets must be at least 1")
+    if args.repeat < 1:
+        raise IdivmError("--repeat must be at least 1")
     return spark_bench.run(links=args.devices_parts, fanout=args.fanout, phones=args.phones,
-                           updates=args.updates, mixed_share=args.mixed_share, out=args.out,
+                           updates=args.updates, repeat=args.repeat,
+                           mixed_share=args.mixed_share, out=args.out,
                            buckets=args.buckets, master=args.master,
                            driver_memory=args.driver_memory, warehouse=args.warehouse)
 
@@ -459,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--devices-parts", type=int, default=5_000_000, metavar="N",
                    help="devices_parts rows (default: 5,000,000; devices = parts = N / fanout)")
     b.add_argument("--fanout", type=int, default=10, help="parts per device (default: 10)")
+    b.add_argument("--repeat", type=int, default=3,
+                   help="rounds of each batch, each a fresh batch; times are medians "
+                   "(default: 3)")
     b.add_argument("--phones", type=float, default=0.2,
                    help="share of devices that are phones (default: 0.2)")
     b.add_argument("--updates", type=int, default=200,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -56,3 +57,19 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
         yield schema
     finally:
         drop_schemas(pg_dsn, schema, f"{schema}__idivm")
+
+
+@pytest.fixture(scope="session")
+def spark_available() -> None:
+    """Skip a Spark test when Java or pyspark is missing; under CI=true, fail instead."""
+    why = None
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        why = "Java is not installed (apt-get install openjdk-17-jre-headless)"
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        why = "pyspark is not installed (pip install -e '.[dev]')"
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Spark tests cannot run: {why}")
+        pytest.skip(why)

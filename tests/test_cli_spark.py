@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,23 +15,12 @@ from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(spark_available: None) -> Iterator[Any]:
     """One embedded session for the module, handed to the CLI through ``cli.SPARK_SESSION``.
 
     Skipped without Java or pyspark, failed instead when ``CI=true``. Not stopped afterwards:
     later test modules' ``getOrCreate`` reuse it.
     """
-    why = None
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        why = "Java is not installed (apt-get install openjdk-17-jre-headless)"
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        why = "pyspark is not installed (pip install -e '.[dev]')"
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Spark tests cannot run: {why}")
-        pytest.skip(why)
     from idivm.spark import embedded_session
 
     session = embedded_session("local[2]", conf=cli.driver_conf(short_run=True))
@@ -162,3 +149,16 @@ def test_demo_spark(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
         assert f"verified: {view} equals its recomputation" in out
     assert "MISMATCH" not in out
     assert "all views equal their recomputation" in out
+
+
+def test_bench_spark_tiny(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The benchmark end to end at a tiny size: every round verified, medians reported."""
+    out = tmp_path / "bench"
+    assert main(["bench", "spark", "--devices-parts", "2000", "--repeat", "2",
+                 "--out", str(out)]) == 0
+    assert "every maintained view equals its recomputation" in capsys.readouterr().out
+    report = json.loads((out / "results.json").read_text())
+    assert len(report["rounds"]) == 8 and all(r["verified"] for r in report["rounds"])
+    assert [(r["view"], r["batch"], r["rounds"]) for r in report["results"]] == [
+        ("V", "a", 2), ("V'", "a", 2), ("V", "b", 2), ("V'", "b", 2)]
+    assert (out / "spark_bench.png").exists()

@@ -34,18 +34,7 @@ ROUNDS = 2  # the second round compacts the first round's pending i-diffs (max_p
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    why = None
-    if shutil.which("java") is None:
-        why = "Java is not installed (apt-get install openjdk-17-jre-headless)"
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        why = "pyspark is not installed (pip install -e '.[dev]')"
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Spark tests cannot run: {why}")
-        pytest.skip(why)
+def spark(spark_available: None) -> Iterator[Any]:
     from idivm.spark import embedded_session
 
     s = embedded_session("local[2]")

@@ -453,9 +453,11 @@ def price_updates(spark: Any, parts: Any, n: int, pd: PartsDevices, salt: int = 
 
 
 def mixed_batch(spark: Any, tables: dict[str, Any], pd: PartsDevices, share: float = 0.01,
-                salt: int = 1) -> dict[str, Any]:
+                salt: int = 1, slot: int | None = None) -> dict[str, Any]:
     """CDF batches worth ``share`` of devices_parts' rows in changes: 40% new links, 40% deleted
-    links, 18% price updates, 2% device category flips (each update counts as one change)."""
+    links, 18% price updates, 2% device category flips (each update counts as one change).
+    New links use part slot ``slot`` of their devices (default ``fanout``: one past the
+    generated ones; pass a further slot for each later batch)."""
     from pyspark.sql import functions as F
 
     total = max(10, int(pd.links * share))
@@ -465,8 +467,10 @@ def mixed_batch(spark: Any, tables: dict[str, Any], pd: PartsDevices, share: flo
     ins_dev = spark.range(n_ins).select(
         _h(F.col("id"), seed=pd.seed + 20 + salt, mod=pd.devices).alias("d")).distinct()
     ins = ins_dev.select(_did(F.col("d")).alias("did"),
-                         _pid(_part_of(F.col("d"), F.lit(pd.fanout), pd)).alias("pid"),
-                         F.lit("insert").alias("_change_type"))
+                         _pid(_part_of(F.col("d"), F.lit(pd.fanout if slot is None else slot),
+                                       pd)).alias("pid")) \
+        .join(tables["devices_parts"], ["did", "pid"], "left_anti") \
+        .withColumn("_change_type", F.lit("insert"))  # never a link that exists
     del_dev = spark.range(n_del).select(
         _h(F.col("id"), seed=pd.seed + 30 + salt, mod=pd.devices).alias("d")).distinct()
     dels = del_dev.select(_did(F.col("d")).alias("did"),

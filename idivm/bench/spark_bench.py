@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -56,6 +57,7 @@ def fingerprint(df: Any, types: dict[str, Any]) -> tuple[int, int]:
 
 
 def run(links: int = 5_000_000, fanout: int = 10, phones: float = 0.2, updates: int = 200,
+        repeat: int = 3,
         mixed_share: float = 0.01, out: str = "bench_out/spark", buckets: int | None = None,
         master: str | None = None, driver_memory: str = "8g", warehouse: str | None = None,
         console: Console | None = None) -> int:
@@ -68,14 +70,15 @@ def run(links: int = 5_000_000, fanout: int = 10, phones: float = 0.2, updates: 
         if root.exists():
             shutil.rmtree(root)
     try:
-        return _run(c, root, PartsDevices(links, fanout, phones), updates, mixed_share,
+        return _run(c, root, PartsDevices(links, fanout, phones), updates, repeat, mixed_share,
                     Path(out), buckets, master, driver_memory)
     finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(c: Console, root: Path, pd: PartsDevices, updates: int, mixed_share: float, out: Path,
+def _run(c: Console, root: Path, pd: PartsDevices, updates: int, repeat: int,
+         mixed_share: float, out: Path,
          buckets: int | None, master: str | None, driver_memory: str) -> int:
     from idivm.cli import driver_conf, spark_session
     from idivm.spark import SparkMaintainer
@@ -86,7 +89,8 @@ def _run(c: Console, root: Path, pd: PartsDevices, updates: int, mixed_share: fl
     report: dict[str, Any] = {"config": {
         "devices_parts": pd.devices * pd.fanout, "devices": pd.devices, "parts": pd.parts,
         "fanout": pd.fanout, "phone_share": pd.phone_share, "price_updates": updates,
-        "mixed_share": mixed_share, "buckets": buckets, "master": master or "local[*]",
+        "mixed_share": mixed_share, "repeat": repeat, "buckets": buckets,
+        "master": master or "local[*]",
         "driver_memory": driver_memory, "cpus": os.cpu_count(), "python": platform.python_version(),
     }, "setup": {}, "results": []}
     scratch = root / "_recompute"
@@ -114,59 +118,18 @@ def _run(c: Console, root: Path, pd: PartsDevices, updates: int, mixed_share: fl
                 report["setup"][f"{label} buckets"] = {
                     r.name: m.store.partitions(r.name) for r in p.materialized}
 
-        batches = [("a", f"{updates} price updates", lambda: {
-            "parts": price_updates(spark, spark.table("parts"), updates, pd)}),
-            ("b", f"{mixed_share:.0%} mixed", lambda: mixed_batch(
-                spark, {t: spark.table(t) for t in TABLES}, pd, mixed_share))]
+        batches = [("a", f"{updates} price updates", lambda rep: {
+            "parts": price_updates(spark, spark.table("parts"), updates, pd, salt=rep)}),
+            ("b", f"{mixed_share:.0%} mixed", lambda rep: mixed_batch(
+                spark, {t: spark.table(t) for t in TABLES}, pd, mixed_share, salt=1 + rep,
+                slot=pd.fanout + rep))]
+        rounds: list[dict[str, Any]] = []
         for key, caption, build in batches:
-            with _step(progress, f"batch ({key}) {caption}: build and record change feeds"):
-                sizes: dict[str, int] = {}
-                for table, df in build().items():
-                    df = df.localCheckpoint(eager=True)  # detached from the files it rewrites
-                    sizes[table] = df.count()
-                    m.apply_changes(table, df)
-            runs: dict[str, Any] = {}
-            for label, name, _ in VIEWS:
-                with _step(progress, f"batch ({key}): maintain {label}"):
-                    runs[label] = m.maintain(name)
-            for label, name, _ in VIEWS:
-                target = scratch / f"{name}_{key}"
-                with _step(progress, f"batch ({key}): recompute {label} (full result to "
-                           "parquet)"):
-                    t0 = time.perf_counter()
-                    m.recompute(name).write.mode("overwrite").parquet(str(target))
-                    recompute = time.perf_counter() - t0
-                with _step(progress, f"batch ({key}): verify {label} (count, hash sum)"):
-                    expected_df = spark.read.parquet(str(target))
-                    types = {f.name: f.dataType for f in expected_df.schema.fields}
-                    got = fingerprint(m.read_view(name), types)
-                    expected = fingerprint(expected_df, types)
-                with _step(progress, f"batch ({key}): compact {label} (pending i-diffs into "
-                           "buckets), verify again"):
-                    t0 = time.perf_counter()
-                    compacted = m.compact(name)
-                    compact = time.perf_counter() - t0
-                    got_compacted = fingerprint(m.read_view(name), types)
-                s = runs[label]
-                rewritten = [sum(r for r, _ in s.partitions_rewritten.values()),
-                             sum(n for _, n in s.partitions_rewritten.values())]
-                report["results"].append({
-                    "view": label, "batch": key, "batch_caption": caption,
-                    "change_rows": sizes, "effective_changes": s.changes,
-                    "maintain_seconds": s.seconds, "recompute_seconds": recompute,
-                    "speedup": recompute / s.seconds if s.seconds else None,
-                    "compact_seconds": compact,
-                    "speedup_with_compaction": recompute / (s.seconds + compact),
-                    "pending_rows": s.pending_rows,
-                    "compacted_buckets": {k: list(v) for k, v in compacted.items()},
-                    "partitions_rewritten": rewritten,
-                    "partitions_by_target": {k: list(v) for k, v in
-                                             s.partitions_rewritten.items()},
-                    "idiff_rows": sum(n for k, n in s.idiff_rows.items() if " → " not in k),
-                    "applied_rows": sum(n for k, n in s.idiff_rows.items() if " → " in k),
-                    "statements": s.statements, "view_rows": got[0],
-                    "verified": got == expected == got_compacted,
-                    "fingerprint": [got, expected, got_compacted]})
+            for rep in range(repeat):
+                rounds += _round(progress, m, spark, scratch, key, caption, rep,
+                                 build(rep))
+        report["rounds"] = rounds
+        report["results"] = _summarize(rounds)
 
     ok = _print(c, report, updates)
     out.mkdir(parents=True, exist_ok=True)
@@ -176,12 +139,88 @@ def _run(c: Console, root: Path, pd: PartsDevices, updates: int, mixed_share: fl
     return 0 if ok else 1
 
 
+def _round(progress: Progress, m: Any, spark: Any, scratch: Path, key: str, caption: str,
+           rep: int, batch: dict[str, Any]) -> list[dict[str, Any]]:
+    """One batch: record it, maintain both views, then per view recompute, verify, compact and
+    verify again. Returns a record per view."""
+    what = f"batch ({key}) {caption}, round {rep + 1}"
+    with _step(progress, f"{what}: build and record change feeds"):
+        sizes: dict[str, int] = {}
+        for table, df in batch.items():
+            df = df.localCheckpoint(eager=True)  # detached from the files it rewrites
+            sizes[table] = df.count()
+            m.apply_changes(table, df)
+    runs: dict[str, Any] = {}
+    for label, name, _ in VIEWS:
+        with _step(progress, f"{what}: maintain {label}"):
+            runs[label] = m.maintain(name)
+    out = []
+    for label, name, _ in VIEWS:
+        target = scratch / f"{name}_{key}_{rep}"
+        with _step(progress, f"{what}: recompute {label} (full result to parquet)"):
+            t0 = time.perf_counter()
+            m.recompute(name).write.mode("overwrite").parquet(str(target))
+            recompute = time.perf_counter() - t0
+        with _step(progress, f"{what}: verify {label} (count, hash sum)"):
+            expected_df = spark.read.parquet(str(target))
+            types = {f.name: f.dataType for f in expected_df.schema.fields}
+            got = fingerprint(m.read_view(name), types)
+            expected = fingerprint(expected_df, types)
+        with _step(progress, f"{what}: compact {label} (pending i-diffs into buckets), "
+                   "verify again"):
+            t0 = time.perf_counter()
+            compacted = m.compact(name)
+            compact = time.perf_counter() - t0
+            got_compacted = fingerprint(m.read_view(name), types)
+        s = runs[label]
+        out.append({
+            "view": label, "batch": key, "batch_caption": caption, "round": rep + 1,
+            "change_rows": sizes, "effective_changes": s.changes,
+            "maintain_seconds": s.seconds, "recompute_seconds": recompute,
+            "compact_seconds": compact, "pending_rows": s.pending_rows,
+            "compacted_buckets": {k: list(v) for k, v in compacted.items()},
+            "partitions_rewritten": [sum(r for r, _ in s.partitions_rewritten.values()),
+                                     sum(n for _, n in s.partitions_rewritten.values())],
+            "partitions_by_target": {k: list(v) for k, v in s.partitions_rewritten.items()},
+            "idiff_rows": sum(n for k, n in s.idiff_rows.items() if " → " not in k),
+            "applied_rows": sum(n for k, n in s.idiff_rows.items() if " → " in k),
+            "statements": s.statements, "view_rows": got[0],
+            "verified": got == expected == got_compacted,
+            "fingerprint": [got, expected, got_compacted]})
+    return out
+
+
+def _summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per view and batch: the median round's details, with median times, their min–max
+    spread over the rounds, and speedups of the medians."""
+    out = []
+    for view, batch in dict.fromkeys((r["view"], r["batch"]) for r in rounds):
+        rs = [r for r in rounds if r["view"] == view and r["batch"] == batch]
+        row = dict(sorted(rs, key=lambda r: r["maintain_seconds"])[len(rs) // 2])
+        for k in ("maintain_seconds", "recompute_seconds", "compact_seconds"):
+            row[k] = statistics.median(r[k] for r in rs)
+            row[k.replace("seconds", "spread")] = [min(r[k] for r in rs), max(r[k] for r in rs)]
+        row["rounds"] = len(rs)
+        row["speedup"] = row["recompute_seconds"] / row["maintain_seconds"]
+        row["speedup_with_compaction"] = row["recompute_seconds"] / (
+            row["maintain_seconds"] + row["compact_seconds"])
+        row["verified"] = all(r["verified"] for r in rs)
+        out.append(row)
+    return out
+
+
+def _spread(r: dict[str, Any], k: str) -> str:
+    lo, hi = r[f"{k}_spread"]
+    return f"{r[f'{k}_seconds']:.2f} ({lo:.2f}–{hi:.2f})" if r["rounds"] > 1 else \
+        f"{r[f'{k}_seconds']:.2f}"
+
+
 def _print(c: Console, report: dict[str, Any], updates: int) -> bool:
     t = Table(title="maintain vs recompute (recompute writes the full view to parquet)",
               title_style="bold", caption="changes: effective changes of all tables; buckets "
               "rewritten: over the view and its caches; pending rows: i-diff rows kept for "
               "merge-on-read after the round; +compact: folding them into the buckets "
-              "afterwards")
+              "afterwards; times: median over the rounds (min–max)")
     for col in ("view", "batch", "changes", "i-diff rows", "buckets rewritten",
                 "pending rows", "maintain s", "recompute s", "speedup", "+compact s",
                 "speedup incl. compact", "verified"):
@@ -191,9 +230,9 @@ def _print(c: Console, report: dict[str, Any], updates: int) -> bool:
                   f"{sum(r['effective_changes'].values()):,}",
                   f"{r['idiff_rows']:,}", "{}/{}".format(*r["partitions_rewritten"]),
                   f"{sum(r['pending_rows'].values()):,}",
-                  f"{r['maintain_seconds']:.2f}", f"{r['recompute_seconds']:.2f}",
+                  _spread(r, "maintain"), _spread(r, "recompute"),
                   f"{r['speedup']:.1f}×" if r["speedup"] else "-",
-                  f"{r['compact_seconds']:.2f}", f"{r['speedup_with_compaction']:.1f}×",
+                  _spread(r, "compact"), f"{r['speedup_with_compaction']:.1f}×",
                   "[green]yes[/green]" if r["verified"] else "[red]NO[/red]")
     c.print(t)
     setup = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"

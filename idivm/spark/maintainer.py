@@ -309,21 +309,19 @@ class SparkMaintainer:
             while i < len(statements):
                 s = statements[i]
                 if isinstance(s, Compute):
-                    inputs = [r for r in _reads(s) if r in known]
+                    reads = _reads(s)
+                    inputs = [r for r in reads if r in known]
                     if known.get(s.name) == 0 or inputs and all(known[r] == 0 for r in inputs):
-                        known[s.name] = 0  # only empty i-diffs in: nothing out, nothing run
+                        known[s.name] = 0  # counted empty, or only empty i-diffs in: not run
                         i += 1
                         continue
                     self._step(s.name)
                     t0 = time.perf_counter()
-                    for r in _reads(s):  # an empty input a live statement reads
-                        if known.get(r) == 0 and r in computes:
-                            self._ensure_empty(p, computes, r, ready)
-                    empty = {r for r in _reads(s) if known.get(r) == 0}
+                    empty = {r for r in reads if known.get(r) == 0}
+                    for r in empty & computes.keys():  # empty inputs a live statement reads
+                        self._ensure_empty(p, computes, r, ready)
                     df = self.spark.sql(query_sql(prune_empty(s.query, empty), "spark"))
-                    if known.get(s.name) == 0:
-                        pass
-                    elif uses[s.name] > 1 and s.phase != "instance":
+                    if uses[s.name] > 1 and s.phase != "instance":
                         df = df.localCheckpoint(eager=True)  # read more than once: keep it
                         known[s.name] = df.count()
                         stats.idiff_rows[s.name] = known[s.name]

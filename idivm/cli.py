@@ -22,6 +22,7 @@ from rich.table import Table
 from idivm.catalog import Catalog
 from idivm.errors import IdivmError
 from idivm.plan import plan
+from idivm.planner.model import STRATEGIES
 from idivm.postgres import PostgresMaintainer
 
 KINDS = ("insert", "delete", "update")
@@ -78,7 +79,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise IdivmError("--ddl and --view cannot both be read from stdin")
     catalog = Catalog.from_ddl(_read(args.ddl, "DDL file"))
     p = plan(_read(args.view, "view file"), catalog, name=args.name,
-             changes=parse_changes(args.changes))
+             changes=parse_changes(args.changes), strategy=args.strategy)
     text = p.explain() if args.explain else p.script_text(args.dialect)
     sys.stdout.write(text.rstrip("\n") + "\n")
     return 0
@@ -103,8 +104,8 @@ def _pg_action(m: PostgresMaintainer, args: argparse.Namespace, console: Console
         if not args.sql_file:
             raise IdivmError("create-view needs --sql-file (a file with the view SQL, or -)")
         p = m.create_view(args.name, _read(args.sql_file, "view SQL file"),
-                          changes=parse_changes(args.changes))
-        console.print(f"created view {m.schema}.{p.name} ({', '.join(p.columns)}): "
+                          changes=parse_changes(args.changes), strategy=args.strategy)
+        console.print(f"created view {m.schema}.{p.name} ({p.strategy}) ({', '.join(p.columns)}): "
                       f"{len(p.materialized)} stored relation(s) in {m.companion}, "
                       f"{len(p.statements)} Δ-script statements")
     elif args.action == "maintain":
@@ -299,7 +300,7 @@ def _spark_action(m: Any, args: argparse.Namespace, console: Console) -> None:
                       f"bucket(s) under {m.root / 'data' / table.name}")
     elif a == "create-view":
         p = m.create_view(args.name, _read(args.sql_file, "view SQL file"),
-                          changes=parse_changes(args.changes))
+                          changes=parse_changes(args.changes), strategy=args.strategy)
         console.print(f"created view {p.name} ({', '.join(p.columns)}): "
                       f"{len(p.materialized)} stored relation(s) under {m.root / 'data'}, "
                       f"{len(p.statements)} Δ-script statements")
@@ -373,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     changes_help = ("declared modifications, TABLE=KIND[,KIND...] with KIND insert, delete, "
                     "update or update:col1,col2; repeatable; tables not named never change "
                     "(default: every modification of every table)")
+    strategy_help = ("maintenance strategy: id (ID-based i-diffs, the default), tuple "
+                     "(tuple-based t-diffs, the paper's baseline) or recompute")
 
     p = sub.add_parser("plan", help="print a view's Δ-script (or its annotated plan)")
     p.add_argument("--ddl", required=True, help="file with the CREATE TABLE statements (or -)")
@@ -383,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true",
                    help="print IDs per operator, i-diff schemas and rules instead of SQL")
     p.add_argument("--changes", action="append", metavar="TABLE=KINDS", help=changes_help)
+    p.add_argument("--strategy", choices=STRATEGIES, default="id", help=strategy_help)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("pg", help="maintain views on PostgreSQL")
@@ -394,6 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sql-file", help="create-view: file with the view SQL (or -)")
     p.add_argument("--changes", action="append", metavar="TABLE=KINDS", help=changes_help)
     p.add_argument("--json", action="store_true", help="maintain/status: print JSON")
+    p.add_argument("--strategy", choices=STRATEGIES, default="id",
+                   help="create-view: " + strategy_help)
     p.set_defaults(func=cmd_pg)
 
     spark_common = argparse.ArgumentParser(add_help=False)
@@ -416,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("name", metavar="NAME")
     a.add_argument("--sql-file", required=True, help="file with the view SQL (or -)")
     a.add_argument("--changes", action="append", metavar="TABLE=KINDS", help=changes_help)
+    a.add_argument("--strategy", choices=STRATEGIES, default="id", help=strategy_help)
     a = sp.add_parser("apply-changes", parents=[spark_common],
                       help="record a change batch (columns + _change_type [+ _commit_version])")
     a.add_argument("table", metavar="TABLE")

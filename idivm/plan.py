@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -9,13 +10,14 @@ from sqlglot import exp
 
 from idivm import algebra as A
 from idivm.catalog import Catalog
+from idivm.errors import IdivmError
 from idivm.frontend import ViewQuery, parse_view
 from idivm.planner import minimize
-from idivm.planner.compose import Composition, Materialized, Resolver, compose
+from idivm.planner.compose import Composition, Materialized, Resolver, compose, store_name
 from idivm.planner.idiff_schemas import Changes, analyze, generate
 from idivm.planner.ids import infer_ids
 from idivm.planner.instantiate import RuleDag, instantiate
-from idivm.planner.model import BaseSchema, NodeInfo
+from idivm.planner.model import STRATEGIES, BaseSchema, NodeInfo, Strategy
 from idivm.render import render
 from idivm.script import Apply, Compute, Dialect, Statement, to_sql
 
@@ -33,6 +35,7 @@ class Plan:
     composition: Composition
     statements: tuple[Statement, ...]  # the minimized Δ-script
     catalog: Catalog
+    strategy: Strategy = "id"  # id: i-diffs; tuple: t-diffs (the baseline); recompute
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -50,6 +53,8 @@ class Plan:
     def undeclared_changes(self, table: str) -> list[tuple[str, exp.Expr]]:
         """Predicates over the table's folded changes that match changes the plan was not made
         for (``changes=``): (what, predicate). Such changes would otherwise be lost."""
+        if self.strategy == "recompute":
+            return []  # a recomputation sees every change
         kinds = {s.kind for s in self.idiff_schemas if s.table == table}
         cols = {c for s in self.idiff_schemas if s.table == table for c in s.cols}
         pre, post = exp.column("__has_pre"), exp.column("__has_post")
@@ -149,12 +154,18 @@ class Plan:
 
 
 def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | None = None,
-         dialect: str = "postgres") -> Plan:
-    """Plan ID-based deferred maintenance of ``view_sql`` (the four passes of §4)."""
+         dialect: str = "postgres", strategy: Strategy = "id") -> Plan:
+    """Plan deferred maintenance of ``view_sql``: ID-based (the four passes of §4), with the
+    same passes over tuple-based rules (``strategy="tuple"``, the paper's baseline), or by
+    recomputation (``strategy="recompute"``)."""
+    if strategy not in STRATEGIES:
+        raise IdivmError(f"unknown strategy {strategy!r}: use {', '.join(STRATEGIES)}")
     view = parse_view(view_sql, catalog, dialect)
     root, infos = infer_ids(view.root, catalog)  # pass 1
-    schemas = generate(root, infos, catalog, changes)  # §5
-    dag = instantiate(root, infos, schemas, catalog)  # pass 2
+    if strategy == "recompute":
+        return _recompute_plan(name, view, root, infos, catalog)
+    schemas = generate(root, infos, catalog, changes, strategy)  # §5
+    dag = instantiate(root, infos, schemas, catalog, strategy)  # pass 2
     comp = compose(root, infos, dag, name)  # pass 3
     resolver = Resolver(root, infos, dag, comp, catalog)
     nodes = {n.nid: n for n in A.walk(root)}
@@ -167,8 +178,29 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
                          st.phase)
         stmts.append(st)
     stmts = minimize.compose_queries(minimize.drop_unread(minimize.inline_single_use(stmts)))
-    return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog)
+    return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog, strategy)
 
 
-def plan_many(views: Sequence[tuple[str, str]], catalog: Catalog) -> list[Plan]:
-    return [plan(sql, catalog, name) for name, sql in views]
+def _recompute_plan(name: str, view: ViewQuery, root: A.Node, infos: Mapping[int, NodeInfo],
+                    catalog: Catalog) -> Plan:
+    """The view stored alone (no caches), refreshed from its query: the result replaces the
+    stored rows in the same transaction (what REFRESH MATERIALIZED VIEW does)."""
+    info = infos[root.nid]
+    store = Materialized(root.nid, store_name(name), "view", info.ids,
+                         frozenset(k for k in info.ids if info.nullable.get(k, True)),
+                         root.columns)
+    p = Plan(name, view, root, infos, (), RuleDag({}, (), {}, root.nid),
+             Composition((), (), (store,), {}), (), catalog, "recompute")
+    rows = f"{name}__recomputed"
+    stmts: tuple[Statement, ...] = (
+        Compute(rows, p.materialize_queries()[0][1], "recompute: the view's query over the "
+                "base tables", "recompute"),
+        Apply("replace", store.name, rows, (), store.columns, store.key, store.nullable,
+              f"REPLACE the rows of {store.name} by the recomputed ones"))
+    return dataclasses.replace(p, statements=stmts,
+                               composition=Composition(stmts, (frozenset(),) * 2, (store,), {}))
+
+
+def plan_many(views: Sequence[tuple[str, str]], catalog: Catalog, strategy: Strategy = "id"
+              ) -> list[Plan]:
+    return [plan(sql, catalog, name, strategy=strategy) for name, sql in views]

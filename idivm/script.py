@@ -29,11 +29,15 @@ class Compute:
     phase: str  # "instance", "idiff", "snapshot"
 
 
+ApplyKind = Kind | Literal["replace"]
+
+
 @dataclass(frozen=True)
 class Apply:
-    """APPLY Δ to a cache or the view, by the i-diff's IDs (§2)."""
+    """APPLY Δ to a cache or the view, by the i-diff's IDs (§2); ``replace`` (the recompute
+    strategy) swaps all rows for the diff's."""
 
-    kind: Kind
+    kind: ApplyKind
     target: str
     diff: str
     ids: tuple[str, ...]  # the i-diff's ID columns (match the target's same-named columns)
@@ -55,6 +59,11 @@ def render(stmt: Statement, dialect: Dialect) -> exp.Expr:
                           properties=props, replace=dialect == "spark")
     nulls = {k: True for k in stmt.nullable}
     pairs = [(k, k) for k in stmt.ids]
+    if stmt.kind == "replace":
+        rows = select([(k, c(k, "d")) for k in stmt.columns], t(stmt.diff, "d"))
+        return exp.Insert(this=exp.Schema(this=t(stmt.target), expressions=[
+            exp.to_identifier(k, quoted=True) for k in stmt.columns]), expression=rows,
+            overwrite=dialect == "spark")
     if dialect == "spark":
         return _merge(stmt, pairs, nulls)
     if stmt.kind == "del":
@@ -110,7 +119,11 @@ def _merge(stmt: Apply, pairs: Sequence[tuple[str, str]], nulls: dict[str, bool]
 
 
 def to_sql(stmt: Statement, dialect: Dialect, pretty: bool = False) -> str:
-    return adapt(render(stmt, dialect), dialect).sql(dialect=dialect, pretty=pretty)
+    text = adapt(render(stmt, dialect), dialect).sql(dialect=dialect, pretty=pretty)
+    if isinstance(stmt, Apply) and stmt.kind == "replace" and dialect == "postgres":
+        # PostgreSQL has no INSERT OVERWRITE: empty the table first, in the same transaction
+        text = f"{exp.delete(t(stmt.target)).sql(dialect=dialect)};\n{text}"
+    return text
 
 
 def query_sql(query: exp.Expr, dialect: Dialect) -> str:

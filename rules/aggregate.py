@@ -9,7 +9,7 @@ or empties (Δ-).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 
@@ -52,14 +52,29 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
 
 def _delta(node: A.Aggregate, child: int) -> exp.Select:
     """Per-group deltas from the touched input rows: new rows count +1, old rows −1."""
-    args = sorted({a.arg for a in node.aggs if a.arg and a.func in ("sum", "count", "avg")})
-
     def side(which: str, sign: int) -> exp.Select:
-        items: list[tuple[str, exp.Expr]] = [(g, c(g, "r")) for g in node.group_by]
-        items += [("__sign", exp.Literal.number(sign))] + [(x, c(x, "r")) for x in args]
-        return select(items, t(placeholder(which, child), "r"))
+        return signed_rows(node, t(placeholder(which, child), "r"), sign, lambda x: c(x, "r"))
 
-    u = subquery(union_all([side("new", 1), side("old", -1)]), "u")
+    return group_deltas(node, [side("new", 1), side("old", -1)])
+
+
+def aggregated_args(node: A.Aggregate) -> list[str]:
+    """The input columns SUM, COUNT and AVG read (their deltas are maintained)."""
+    return sorted({a.arg for a in node.aggs if a.arg and a.func in ("sum", "count", "avg")})
+
+
+def signed_rows(node: A.Aggregate, src: exp.Expr, sign: int,
+                value: Callable[[str], exp.Expr]) -> exp.Select:
+    """Rows of ``src`` as (group columns, ``__sign``, aggregated arguments)."""
+    items: list[tuple[str, exp.Expr]] = [(g, value(g)) for g in node.group_by]
+    items += [("__sign", exp.Literal.number(sign))]
+    items += [(x, value(x)) for x in aggregated_args(node)]
+    return select(items, src)
+
+
+def group_deltas(node: A.Aggregate, sides: Sequence[exp.Select]) -> exp.Select:
+    """Σ of signed rows per group: Δcount, Δ(non-null count) and Δsum of every aggregate."""
+    u = subquery(union_all(list(sides)), "u")
     sign = c("__sign", "u")
     items: list[tuple[str, exp.Expr]] = [(g, c(g, "u")) for g in node.group_by]
     if node.is_global:
@@ -118,14 +133,13 @@ def _new_values(node: A.Aggregate, avg_float: dict[str, bool]) -> list[tuple[str
     return [(k, out[k]) for k in node.columns if k not in node.keys]
 
 
-def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNode]]
-                  ) -> list[DiffNode]:
-    assert isinstance(node, A.Aggregate)
+def group_state(ctx: RuleContext, node: A.Aggregate, delta: exp.Select,
+                inputs: Sequence[DiffNode]) -> DiffNode:
+    """Pre- and post-state of every group the deltas touch (a Δu over all non-ID columns):
+    the deltas joined with Output, and for MIN/MAX the groups recomputed from Input_post."""
     nid, child = node.nid, node.child.nid
-    ins_d = [d for _, d in inputs]
     keys = node.keys
-    info = ctx.info(nid)
-    nullable = dict(info.nullable)
+    nullable = dict(ctx.info(nid).nullable)
     cinfo = ctx.info(child)
     avg_float = {a.name: any(f in (cinfo.types.get(a.arg or "") or "").upper()
                              for f in FLOAT_TYPES) for a in node.aggs}
@@ -139,7 +153,7 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
         m = select(items, src)
         if node.group_by:
             touched = exp.Exists(this=exp.select(exp.Literal.number(1)).from_(
-                subquery(_delta(node, child), "d2")).where(
+                subquery(delta.copy(), "d2")).where(
                 match([(g, g) for g in node.group_by], "p", "d2",
                       {g: nullable.get(g, True) for g in node.group_by})))
             m = m.where(touched).group_by(*[c(g, "p") for g in node.group_by])
@@ -147,7 +161,7 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
     items = [(k, c(k, "d")) for k in keys]
     items += [(pre_name(k), c(k, "o")) for k, _ in values]
     items += [(post_name(k), v) for k, v in values]
-    q2 = select(items, subquery(_delta(node, child), "d"))
+    q2 = select(items, subquery(delta, "d"))
     q2 = q2.join(ctx.state("output", nid, "o"), on=match([(k, k) for k in keys], "d", "o",
                                                           nullable), join_type="left")
     if minmax:
@@ -157,14 +171,34 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
         else:
             q2 = q2.join(subquery(m, "m"), join_type="cross")
     nonkey = [k for k, _ in values]
-    state = ctx.emit("upd", nid, keys, q2,
-                     "Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)",
-                     ins_d, nonkey, nonkey)
+    return ctx.emit("upd", nid, keys, q2,
+                    "Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)",
+                    inputs, nonkey, nonkey)
+
+
+def group_existed(alias: str) -> exp.Expr:
+    return exp.Not(this=exp.Is(this=c(pre_name(A.COUNT), alias), expression=exp.null()))
+
+
+def group_alive(alias: str) -> exp.Expr:
+    return exp.GT(this=c(post_name(A.COUNT), alias), expression=exp.Literal.number(0))
+
+
+def group_changed(nonkey: Sequence[str], alias: str) -> exp.Expr:
+    return exp.or_(*[exp.NullSafeNEQ(this=c(pre_name(k), alias), expression=c(post_name(k),
+                                                                                alias))
+                     for k in nonkey])
+
+
+def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNode]]
+                  ) -> list[DiffNode]:
+    assert isinstance(node, A.Aggregate)
+    nid = node.nid
+    keys = node.keys
+    state = group_state(ctx, node, _delta(node, node.child.nid), [d for _, d in inputs])
+    nonkey = list(state.schema.post)
     out = []
-    existed = exp.Not(this=exp.Is(this=c(pre_name(A.COUNT), "s"), expression=exp.null()))
-    alive = exp.GT(this=c(post_name(A.COUNT), "s"), expression=exp.Literal.number(0))
-    changed = exp.or_(*[exp.NullSafeNEQ(this=c(pre_name(k), "s"), expression=c(post_name(k), "s"))
-                        for k in nonkey])
+    existed, alive, changed = group_existed("s"), group_alive("s"), group_changed(nonkey, "s")
     upd_where = exp.and_(existed, changed) if node.is_global else exp.and_(existed, alive, changed)
     out.append(ctx.emit("upd", nid, keys, select(
         [(k, c(k, "s")) for k in state.schema.columns(node.columns)], ctx.rel(state, "s"),

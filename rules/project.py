@@ -136,4 +136,5 @@ def _bound(ctx: RuleContext, e: exp.Expr, vals: Mapping[str, exp.Expr | None]
     return b
 
 
-RULE = OperatorRule(op=A.Project, paper="Table 8", infer=infer, propagate=propagate)
+RULE = OperatorRule(op=A.Project, paper="Table 8", infer=infer, propagate=propagate,
+                    tuple_safe=True)

@@ -47,4 +47,5 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
                      [node.col_of(a) for a in s.pre], [node.col_of(a) for a in s.post])]
 
 
-RULE = OperatorRule(op=A.Scan, paper="Table 1", infer=infer, propagate=propagate)
+RULE = OperatorRule(op=A.Scan, paper="Table 1", infer=infer, propagate=propagate,
+                    tuple_safe=True)

@@ -95,5 +95,5 @@ def _insert_fetched(ctx: RuleContext, node: A.Select, d: DiffNode) -> DiffNode:
 
 
 RULE = OperatorRule(op=A.Select, paper="Table 6", infer=infer, propagate=propagate,
-                    conditions=lambda n: A.referenced(n.predicate)  # type: ignore[attr-defined]
-                    )
+                    conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
+                    tuple_safe=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.errors import IdivmError
-from idivm.planner.model import BaseSchema, NodeInfo
+from idivm.planner.model import BaseSchema, NodeInfo, Strategy
 from idivm.rules import rule_for
 
 Changes = Mapping[str, Sequence[str]]
@@ -81,7 +81,8 @@ def analyze(root: A.Node, infos: Mapping[int, NodeInfo]
 
 
 def generate(root: A.Node, infos: Mapping[int, NodeInfo], catalog: Catalog,
-             changes: Changes | None = None) -> tuple[BaseSchema, ...]:
+             changes: Changes | None = None, strategy: Strategy = "id"
+             ) -> tuple[BaseSchema, ...]:
     tables = sorted({s.table for s in A.scans(root)})
     allowed = parse_changes(changes, tables, catalog)
     conditional, used = analyze(root, infos)
@@ -90,6 +91,10 @@ def generate(root: A.Node, infos: Mapping[int, NodeInfo], catalog: Catalog,
         kinds, upd_cols = allowed.get(table, (set(), set()))
         t = catalog.table(table)
         nonkey = [c for c in t.non_key_columns if c in used[table]]
+        if strategy == "tuple":
+            out += _tuple_schemas(table, kinds, tuple(
+                c for c in nonkey if "update" in kinds and (upd_cols is None or c in upd_cols)))
+            continue
         if "insert" in kinds:
             out.append(BaseSchema(table, "ins", reason="insert i-diff Δ+(I, A_post)"))
         if "delete" in kinds:
@@ -108,3 +113,17 @@ def generate(root: A.Node, infos: Mapping[int, NodeInfo], catalog: Catalog,
         if nc:
             out.append(BaseSchema(table, "upd", tuple(nc), "non-conditional attributes NC"))
     return tuple(out)
+
+
+def _tuple_schemas(table: str, kinds: set[str], upd: tuple[str, ...]) -> list[BaseSchema]:
+    """t-diffs (the tuple-based baseline): an update of a used attribute is a Δ- of the
+    pre-image and a Δ+ of the post-image, whatever the attribute; ``cols`` records which
+    updates they carry."""
+    out = []
+    if "insert" in kinds or upd:
+        out.append(BaseSchema(table, "ins", upd, "t-diff Δ+: inserts and update post-images",
+                              tuple_based=True))
+    if "delete" in kinds or upd:
+        out.append(BaseSchema(table, "del", upd, "t-diff Δ-: deletes and update pre-images",
+                              tuple_based=True))
+    return out

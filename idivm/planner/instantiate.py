@@ -19,6 +19,7 @@ from idivm.planner.model import (
     DiffNode,
     DiffSchema,
     NodeInfo,
+    Strategy,
     change_table,
     post_name,
     pre_name,
@@ -42,11 +43,22 @@ def base_query(schema: BaseSchema, catalog: Catalog) -> tuple[DiffSchema, exp.Se
     src = t(change_table(table.name), "g")
     has_pre, has_post = c("__has_pre", "g"), c("__has_post", "g")
     keys = [(k, c(k, "g")) for k in key]
+    pre = [(pre_name(x), c(pre_name(x), "g")) for x in nonkey]
+    if schema.tuple_based:  # t-diff: an update of ``cols`` is a delete and an insert
+        moved = exp.or_(*[exp.NullSafeNEQ(this=c(pre_name(x), "g"),
+                                          expression=c(post_name(x), "g"))
+                          for x in schema.cols]) if schema.cols else exp.false()
+        if schema.kind == "ins":
+            q = select(keys + [(x, c(post_name(x), "g")) for x in nonkey], src, exp.and_(
+                has_post, exp.paren(exp.or_(exp.Not(this=has_pre), exp.and_(has_pre, moved)))))
+            return DiffSchema("ins", -1, key), q
+        q = select(keys + pre, src, exp.and_(has_pre, exp.paren(exp.or_(
+            exp.Not(this=has_post), exp.and_(has_post, moved)))))
+        return DiffSchema("del", -1, key, nonkey), q
     if schema.kind == "ins":
         q = select(keys + [(x, c(post_name(x), "g")) for x in nonkey], src,
                    exp.and_(has_post, exp.Not(this=has_pre)))
         return DiffSchema("ins", -1, key), q
-    pre = [(pre_name(x), c(pre_name(x), "g")) for x in nonkey]
     if schema.kind == "del":
         q = select(keys + pre, src, exp.and_(has_pre, exp.Not(this=has_post)))
         return DiffSchema("del", -1, key, nonkey), q
@@ -58,7 +70,7 @@ def base_query(schema: BaseSchema, catalog: Catalog) -> tuple[DiffSchema, exp.Se
 
 
 def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[BaseSchema],
-                catalog: Catalog) -> RuleDag:
+                catalog: Catalog, strategy: Strategy = "id") -> RuleDag:
     nodes = {n.nid: n for n in A.walk(root)}
     parent: dict[int, tuple[A.Node, int]] = {}
     for n in nodes.values():
@@ -77,7 +89,7 @@ def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[B
                 incoming[s.nid].append((0, d))
     by_node: dict[int, tuple[DiffNode, ...]] = {}
     for n in A.walk(root):
-        rule = rule_for(n)
+        rule = rule_for(n, strategy)
         outs: list[DiffNode] = []
         if rule.propagate_all is not None:
             if incoming[n.nid]:

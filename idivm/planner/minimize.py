@@ -132,6 +132,16 @@ def _simple(q: exp.Expr) -> bool:
         for p in q.expressions)
 
 
+def _nested(node: exp.Expr, top: exp.Expr) -> bool:
+    """Whether ``node`` lies in a subquery scope of ``top`` (not in ``top``'s own)."""
+    p = node.parent
+    while p is not None and p is not top:
+        if isinstance(p, exp.Select):
+            return True
+        p = p.parent
+    return False
+
+
 def merge_subquery(q: exp.Expr) -> exp.Expr:
     """SELECT f(s.x) … FROM (SELECT g AS x … FROM R WHERE p) AS s WHERE w
     → SELECT f(g) … FROM R WHERE p AND w[s.x := g]   (composition of two rules' queries)."""
@@ -157,6 +167,9 @@ def merge_subquery(q: exp.Expr) -> exp.Expr:
             continue
         if not col.table or (col.table == alias and col.name not in defs):
             return q  # unqualified references would lose their source
+        if col.table == alias and _nested(col, q) and any(
+                not x.table for x in defs[col.name].find_all(exp.Column)):
+            return q  # inside EXISTS (…) an unqualified column may bind to the inner table
 
     def sub(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and n.table == alias and id(n) not in inside:

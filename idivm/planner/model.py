@@ -20,6 +20,8 @@ from typing import Literal
 from sqlglot import exp
 
 Kind = Literal["ins", "del", "upd"]
+Strategy = Literal["id", "tuple", "recompute"]
+STRATEGIES: tuple[Strategy, ...] = ("id", "tuple", "recompute")
 KIND_SYMBOL = {"ins": "Δ+", "del": "Δ-", "upd": "Δu"}
 
 
@@ -94,9 +96,14 @@ class BaseSchema:
     kind: Kind
     cols: tuple[str, ...] = ()  # update: the attributes whose post-state it carries
     reason: str = ""
+    # a t-diff (tuple-based strategy): updates of ``cols`` arrive as Δ- of the pre-image and
+    # Δ+ of the post-image, full tuples both
+    tuple_based: bool = False
 
     @property
     def name(self) -> str:
+        if self.tuple_based:
+            return f"{self.table}__t{self.kind}"
         suffix = "__" + "_".join(self.cols) if self.kind == "upd" else ""
         return f"{self.table}__{self.kind}{suffix}"
 

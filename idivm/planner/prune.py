@@ -32,8 +32,23 @@ def _is(node: exp.Expr, value: bool) -> bool:
     return isinstance(node, exp.Boolean) and node.this is value
 
 
+def _nothing(node: exp.Expr) -> bool:
+    """A plain SELECT whose WHERE folded to FALSE (no aggregate: it returns no row)."""
+    if not isinstance(node, exp.Select) or node.args.get("group"):
+        return False
+    where = node.args.get("where")
+    return where is not None and _is(where.this, False) and not any(
+        e.find(exp.AggFunc) for e in node.expressions)
+
+
 def _fold(node: exp.Expr) -> exp.Expr | None:
     """The node with a boolean constant operand folded away, or None when nothing folds."""
+    if isinstance(node, exp.Union):  # a branch that returns nothing adds nothing (the
+        # snapshots' branches hold rows unique by IDs, so DISTINCT has nothing to remove)
+        if _nothing(node.right):
+            return node.left.copy()
+        if _nothing(node.left):
+            return node.right.copy()
     if isinstance(node, exp.Paren) and isinstance(node.this, exp.Boolean):
         return node.this.copy()
     if isinstance(node, exp.Not) and isinstance(node.this, exp.Boolean):

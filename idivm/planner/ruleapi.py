@@ -39,6 +39,9 @@ class OperatorRule:
     propagate_all: PropagateAllFn | None = None
     conditions: Callable[[A.Node], set[str]] = field(default=lambda n: set())
     # conditions(): the columns of the operator's condition (its C_op, §5)
+    tuple_safe: bool = False
+    # tuple_safe: on t-diffs (full-tuple Δ+ and Δ-, no Δu) these rules are the classical
+    # tuple-based rules, so the tuple strategy uses them as they are
 
     @property
     def blocking(self) -> bool:

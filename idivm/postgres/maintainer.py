@@ -21,9 +21,10 @@ from sqlglot import exp
 from idivm.catalog import Catalog
 from idivm.errors import BackendError, IdivmError, MaintenanceError
 from idivm.plan import Plan, plan
-from idivm.planner.model import change_table
+from idivm.planner.model import Strategy, change_table
+from idivm.planner.prune import prune_empty
 from idivm.postgres import changelog
-from idivm.script import Apply, Compute, to_sql
+from idivm.script import Apply, Compute, Statement, to_sql
 
 REGISTRY = "views"
 
@@ -94,37 +95,51 @@ class PostgresMaintainer:
             f"CREATE TABLE IF NOT EXISTS {qq(self.companion, REGISTRY)} (name text PRIMARY KEY,"
             " sql text NOT NULL, changes jsonb, created timestamptz NOT NULL DEFAULT now(),"
             " last_maintained timestamptz, runs bigint NOT NULL DEFAULT 0)")
+        # registries made before strategies existed hold ID-based views
+        self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS"
+                          " strategy text NOT NULL DEFAULT 'id'")
 
-    def _entry(self, name: str) -> tuple[str, dict[str, list[str]] | None]:
+    def _entry(self, name: str) -> tuple[str, dict[str, list[str]] | None, Strategy]:
         row = None
         exists = self.conn.execute("SELECT to_regclass(%s)", (qq(self.companion, REGISTRY),)
                                    ).fetchone()
         if exists and exists[0]:
+            strategy = "strategy" if self._has_strategy() else "'id'"
             row = self.conn.execute(
-                f"SELECT sql, changes FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
-                (name,)).fetchone()
+                f"SELECT sql, changes, {strategy} FROM {qq(self.companion, REGISTRY)} "
+                "WHERE name = %s", (name,)).fetchone()
         if row is None:
             raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}")
-        return str(row[0]), row[1]
+        return str(row[0]), row[1], row[2]
+
+    def _has_strategy(self) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
+            "table_name = %s AND column_name = 'strategy'", (self.companion, REGISTRY)).fetchone()
+        return row is not None
 
     def plan_of(self, name: str) -> Plan:
         if name not in self._plans:
             # its own transaction: a bare read would leave one open, and later work would run
             # in a savepoint of it and be rolled back at close
             with self.conn.transaction():
-                sql, changes = self._entry(name)
-            self._plans[name] = plan(sql, self.catalog(), name=name, changes=changes)
+                sql, changes, strategy = self._entry(name)
+            self._plans[name] = plan(sql, self.catalog(), name=name, changes=changes,
+                                     strategy=strategy)
         return self._plans[name]
 
     # -- API ---------------------------------------------------------------------------------
     def create_view(self, name: str, view_sql: str,
                     changes: Mapping[str, Sequence[str]] | None = None,
-                    catalog: Catalog | None = None) -> Plan:
+                    catalog: Catalog | None = None, strategy: Strategy = "id") -> Plan:
         """Materialize the view and its caches and start logging its base tables.
+        ``strategy``: ``id`` (ID-based, the default), ``tuple`` (tuple-based t-diffs, the
+        baseline) or ``recompute``.
 
         Unsupported SQL raises before anything is created; any failure rolls back.
         """
-        p = plan(view_sql, catalog or self.catalog(), name=name, changes=changes)
+        p = plan(view_sql, catalog or self.catalog(), name=name, changes=changes,
+                 strategy=strategy)
         try:
             with self.conn.transaction():
                 self._registry()
@@ -145,9 +160,9 @@ class PostgresMaintainer:
                 self.conn.execute(f"CREATE VIEW {qq(self.schema, name)} AS SELECT {cols} FROM "
                                   f"{qq(self.companion, p.store.name)}")
                 self.conn.execute(
-                    f"INSERT INTO {qq(self.companion, REGISTRY)} (name, sql, changes) "
-                    "VALUES (%s, %s, %s)",
-                    (name, view_sql, json.dumps(dict(changes)) if changes else None))
+                    f"INSERT INTO {qq(self.companion, REGISTRY)} (name, sql, changes, strategy)"
+                    " VALUES (%s, %s, %s, %s)",
+                    (name, view_sql, json.dumps(dict(changes)) if changes else None, strategy))
         except psycopg.Error as e:
             raise BackendError(f"create_view {name!r} failed and was rolled back: "
                                f"{str(e).strip()}") from e
@@ -163,7 +178,8 @@ class PostgresMaintainer:
                               f"({', '.join(q(k) for k in key)}){nd}")
         seen = {tuple(key)}
         for s in p.statements:
-            if isinstance(s, Apply) and s.target == table and tuple(s.ids) not in seen:
+            if isinstance(s, Apply) and s.target == table and s.ids and \
+                    tuple(s.ids) not in seen:
                 seen.add(tuple(s.ids))
                 self.conn.execute(f"CREATE INDEX ON {qq(self.companion, table)} "
                                   f"({', '.join(q(k) for k in s.ids)})")
@@ -177,6 +193,9 @@ class PostgresMaintainer:
         try:
             with self.conn.transaction():
                 self._search_path()
+                # Δ-script statements run once each over small i-diffs; a JIT compile of their
+                # plan (triggered by cost estimates over unanalyzed temp tables) takes seconds
+                self.conn.execute("SET LOCAL jit = off")
                 for t in p.tables:
                     self.conn.execute(f"LOCK TABLE {qq(self.schema, t)} IN SHARE MODE")
                 marks = {}
@@ -189,21 +208,12 @@ class PostgresMaintainer:
                                             ).fetchone()
                     stats.changes[t] = int(row[0]) if row else 0
                 self._check_declared(p, stats)
-                for s in p.statements:
-                    sql = to_sql(s, "postgres")
-                    t0 = time.perf_counter()
-                    cur = self.conn.execute(sql)
-                    dt = time.perf_counter() - t0
-                    if isinstance(s, Compute):
-                        stats.idiff_rows[s.name] = cur.rowcount
-                        stats.statement_seconds.append((s.name, dt))
-                    else:
-                        key = f"{s.kind} {s.diff}→{s.target}"
-                        stats.applied_rows[key] = cur.rowcount
-                        stats.statement_seconds.append((key, dt))
-                for s in p.statements:
-                    if isinstance(s, Compute):
-                        self.conn.execute(f"DROP TABLE IF EXISTS pg_temp.{q(s.name)}")
+                # no effective change: every i-diff is empty, and a recomputation is moot
+                live = p.statements if any(stats.changes.values()) else ()
+                created = self._run_script(live, stats)
+                if created:  # one statement for all: each is a round trip
+                    self.conn.execute("DROP TABLE IF EXISTS " + ", ".join(
+                        f"pg_temp.{q(n)}" for n in created))
                 for t, upto in marks.items():
                     changelog.set_watermark(self.conn, self.schema, t, name, upto)
                     changelog.prune(self.conn, self.schema, t)
@@ -215,6 +225,56 @@ class PostgresMaintainer:
                                    f"(re-run it): {str(e).strip()}") from e
         stats.seconds = time.perf_counter() - start
         return stats
+
+    def _run_script(self, statements: Sequence[Statement], stats: MaintenanceStats
+                    ) -> list[str]:
+        """Run the Δ-script, skipping work that empty i-diffs make moot: a rule whose input
+        i-diffs are all empty yields none (its relation is only created, empty and unexecuted,
+        if a later statement still reads it), an APPLY of an empty i-diff changes nothing, and
+        EXISTS tests over empty i-diffs are pruned from the other statements (so a snapshot is
+        driven by the i-diffs that hold rows, and can use the indexes on their IDs). Returns
+        the temporary relations created."""
+        empty = {change_table(t) for t, n in stats.changes.items() if n == 0}
+        computed = {change_table(t) for t in stats.changes}
+        skipped: dict[str, Compute] = {}
+        created: list[str] = []
+
+        def ensure(query: exp.Expr) -> None:
+            """Create the skipped relations ``query`` reads (empty), theirs first."""
+            for tb in query.find_all(exp.Table):
+                skip = skipped.pop(tb.name, None)
+                if skip is not None:
+                    ensure(skip.query)
+                    self.conn.execute(to_sql(skip, "postgres") + " WITH NO DATA")
+                    created.append(skip.name)
+
+        for s in statements:
+            t0 = time.perf_counter()
+            if isinstance(s, Compute):
+                inputs = [tb.name for tb in s.query.find_all(exp.Table) if tb.name in computed]
+                computed.add(s.name)
+                if inputs and all(r in empty for r in inputs):
+                    skipped[s.name] = s
+                    empty.add(s.name)
+                    stats.idiff_rows[s.name] = 0
+                    continue
+                run = Compute(s.name, prune_empty(s.query, empty), s.comment, s.phase)
+                ensure(run.query)
+                cur = self.conn.execute(to_sql(run, "postgres"))
+                created.append(s.name)
+                stats.idiff_rows[s.name] = cur.rowcount
+                if cur.rowcount == 0:
+                    empty.add(s.name)
+                stats.statement_seconds.append((s.name, time.perf_counter() - t0))
+                continue
+            key = f"{s.kind} {s.diff}→{s.target}"
+            if s.diff in empty and s.kind != "replace":  # an empty replace empties the view
+                stats.applied_rows[key] = 0
+                continue
+            cur = self.conn.execute(to_sql(s, "postgres"))
+            stats.applied_rows[key] = cur.rowcount
+            stats.statement_seconds.append((key, time.perf_counter() - t0))
+        return created
 
     def _check_declared(self, p: Plan, stats: MaintenanceStats) -> None:
         """Changes outside the plan's declared modification types would be silently lost."""

@@ -32,7 +32,7 @@ from sqlglot import exp
 from idivm.catalog import Catalog
 from idivm.errors import BackendError, IdivmError
 from idivm.plan import Plan, plan
-from idivm.planner.model import change_table
+from idivm.planner.model import Strategy, change_table
 from idivm.planner.prune import prune_empty
 from idivm.script import Apply, Compute, query_sql
 from idivm.spark import changes as cdf
@@ -88,6 +88,7 @@ class SparkMaintainer:
             compact_share=compact_share, max_pending=max_pending)
         self._plans: dict[str, Plan] = {}
         self._schemas: dict[tuple[str, str], Any] = {}
+        self._no_changes: dict[str, Any] = {}  # empty change table per base table (schema only)
         self.fail_at: Callable[[str], bool] | None = None  # test hook: kill a run at a step
         self._dirty: set[str] = set()  # views whose last run did not finish in this session
         self._register_all()
@@ -203,13 +204,16 @@ class SparkMaintainer:
             if entry is None:
                 raise BackendError(f"no idivm view {name!r} in {self.root}")
             self._plans[name] = plan(entry["sql"], self.catalog, name=name,
-                                     changes=entry.get("changes"))
+                                     changes=entry.get("changes"),
+                                     strategy=entry.get("strategy", "id"))
         return self._plans[name]
 
     def create_view(self, name: str, view_sql: str,
-                    changes: Mapping[str, Sequence[str]] | None = None) -> Plan:
-        """Materialize the view and its caches (refused SQL raises before anything is written)."""
-        p = plan(view_sql, self.catalog, name=name, changes=changes)
+                    changes: Mapping[str, Sequence[str]] | None = None,
+                    strategy: Strategy = "id") -> Plan:
+        """Materialize the view and its caches (refused SQL raises before anything is written).
+        ``strategy``: ``id`` (the default), ``tuple`` (t-diffs, the baseline) or ``recompute``."""
+        p = plan(view_sql, self.catalog, name=name, changes=changes, strategy=strategy)
         reg = self.registry()
         if name in reg["views"] or name in reg["tables"]:
             raise BackendError(f"{name} already exists in {self.root}")
@@ -223,7 +227,7 @@ class SparkMaintainer:
         self._register_view(name, p.store.name, p.columns)
         reg["views"][name] = {
             "sql": view_sql, "changes": {k: list(v) for k, v in changes.items()} if changes
-            else None, "store": p.store.name, "columns": list(p.columns),
+            else None, "strategy": strategy, "store": p.store.name, "columns": list(p.columns),
             "materialized": [m.name for m in p.materialized],
             "watermarks": {t: int(reg["tables"][t]["version"]) for t in p.tables}}
         self._save(reg)
@@ -289,7 +293,9 @@ class SparkMaintainer:
             for t in p.tables:
                 table = self.catalog.table(t)
                 if upto[t] == since[t]:  # no new version: no job needed to know it is empty
-                    chg = cdf.empty_changes(self.spark, table)
+                    if t not in self._no_changes:  # analyzed once: its schema never changes
+                        self._no_changes[t] = cdf.empty_changes(self.spark, table)
+                    chg = self._no_changes[t]
                     stats.changes[t] = 0
                 else:
                     chg = cdf.fold(self.spark, self.root, table, since[t], upto[t],

@@ -50,7 +50,7 @@ PENDING = "_pending"  # Spark's file listing skips names starting with "_"
 class ApplyOp:
     """One APPLY of the Δ-script: an i-diff (a DataFrame) and how it names the target's rows."""
 
-    kind: str  # "del", "upd", "ins"
+    kind: str  # "del", "upd", "ins"; "replace": the diff is the whole new relation
     diff: Any  # pyspark DataFrame
     ids: tuple[str, ...]
     columns: tuple[str, ...]  # upd: the columns set (from c__post); ins: every column
@@ -260,6 +260,10 @@ class BucketedParquetStore:
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
+        if any(op.kind == "replace" for op in ops):
+            if len(ops) != 1:
+                raise ValueError("a replace must be the only operation of its stage")
+            return self._stage_replace(name, meta, ops[0], out)
         if not rewrite:
             res = self._stage_append(name, meta, ops, out)
             if res is not None:
@@ -348,6 +352,30 @@ class BucketedParquetStore:
         return StageResult("rewrite", touched, int(meta["buckets"]), per_op[first_new:], 0,
                            post)
 
+    def _stage_replace(self, name: str, meta: dict[str, Any], op: ApplyOp, out: Path
+                       ) -> StageResult:
+        """Every bucket written anew from the operation's rows (the recompute strategy)."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        schema = self._schema(name)
+        fields = [f for f in schema.fields if f.name != BUCKET]
+        n = int(meta["buckets"])
+        seen = Observation("idivm_replaced_rows")
+        df = op.diff.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
+                              for f in fields])
+        df = df.withColumn(BUCKET, F.pmod(F.xxhash64(F.col(f"`{meta['bucket_col']}`")),
+                                          F.lit(n)).cast("int"))
+        data = out / "buckets"
+        df.observe(seen, F.count(F.lit(1)).alias("n")).repartition(BUCKET).write \
+            .mode("overwrite").partitionBy(BUCKET).parquet(str(data))
+        data.mkdir(parents=True, exist_ok=True)
+        rows = int(seen.get["n"])
+        (out / "_stage.json").write_text(json.dumps({"mode": "replace", "rows": rows}))
+        return StageResult("replace", list(range(n)), n, [rows], 0,
+                           lambda: self.spark.read.schema(schema).parquet(str(data))
+                           .drop(BUCKET))
+
     def publish(self, run: str, name: str) -> None:
         """Put a staged round in place; repeatable. Append: copy the i-diffs under
         ``_pending`` and list them. Rewrite: replace each touched bucket by its staged copy
@@ -366,6 +394,15 @@ class BucketedParquetStore:
             self._save_meta(name, meta)
             return
         self._main.pop(name, None)
+        if info["mode"] == "replace":  # every bucket goes; staged ones come back
+            for d in self.path(name).glob(f"{BUCKET}=*"):
+                shutil.rmtree(d, ignore_errors=True)
+            for src in (out / "buckets").glob(f"{BUCKET}=*"):
+                shutil.copytree(src, self.path(name) / src.name)
+            meta["pending"], meta["rows"] = [], int(info["rows"])
+            self._save_meta(name, meta)
+            shutil.rmtree(self.path(name) / PENDING, ignore_errors=True)
+            return
         for b in info["touched"]:
             target = self.path(name) / f"{BUCKET}={b}"
             shutil.rmtree(target, ignore_errors=True)

@@ -188,6 +188,7 @@ def run_differential(
     seed: int,
     rounds: int,
     ops_per_round: int,
+    strategy: str = "id",
 ) -> None:
     """Maintain ``view_names`` through ``rounds`` random DML rounds, checking after each round.
 
@@ -208,7 +209,7 @@ def run_differential(
         ok = False
         try:
             for view in views:
-                maintainer.create_view(view.name, view.sql)
+                maintainer.create_view(view.name, view.sql, strategy=strategy)
                 created.append(view.name)
                 compare_view(conn, schema, view, seed, 0, ())
             for round_no in range(1, rounds + 1):

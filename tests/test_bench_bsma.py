@@ -1,0 +1,64 @@
+"""bench_bsma at a tiny scale: every view under every strategy, verified (no timing asserted)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from bench_bsma.generate import generate
+from bench_bsma.run import STRATEGIES, run
+from bench_bsma.views import VIEWS_BY_NAME
+from bench_bsma.workloads import WORKLOADS, State
+
+
+def test_generator_is_deterministic_and_keeps_keys() -> None:
+    a, b = generate(0.0002, 7), generate(0.0002, 7)
+    assert {t: a.rows(t) for t in a.tables} == {t: b.rows(t) for t in b.tables}
+    assert a.records("mention") == b.records("mention")
+    assert generate(0.0002, 8).records("friendlist") != a.records("friendlist")
+    for table, key in (("friendlist", (0, 1)), ("mention", (0, 1)), ("retweet", (0, 1)),
+                       ("rel_event_microblog", (0, 1)), ("microblog", (0,))):
+        rows = [tuple(r[i] for i in key) for r in a.records(table)]
+        assert len(rows) == len(set(rows)), f"{table}: duplicate keys"
+    mids = set(a.tables["microblog"]["mid"].tolist())
+    assert set(a.tables["mention"]["mid"].tolist()) <= mids
+
+
+def test_workloads_keep_the_model_consistent() -> None:
+    state = State(generate(0.0002, 7))
+    for i, w in enumerate(WORKLOADS):
+        batch = state.batch(w, 10, i)
+        assert batch, w
+    assert all(c.table in ("users", "microblog", "mention", "retweet", "rel_event_microblog")
+               for c in state.batch("mixed", 20, 99))
+
+
+def _check(report: dict[str, Any], out: Path, workloads: list[str]) -> None:
+    rows = report["measurements"]
+    assert rows and all(r["verified"] for r in rows)
+    assert {(r["view"], r["strategy"], r["workload"]) for r in rows} == {
+        (v, s, w) for v in VIEWS_BY_NAME for s in STRATEGIES for w in workloads}
+    assert (out / "results.json").exists() and (out / "results.md").exists()
+    assert (out / f"fig10_{report['config']['backend']}.png").exists() or \
+        "users" not in workloads
+
+
+@pytest.mark.postgres
+def test_every_view_and_strategy_on_postgres(pg_dsn: str, pg_schema: str,
+                                             tmp_path: Path) -> None:
+    report = run("postgres", 0.0002, tmp_path, repeat=1, d=10, cold=False, dsn=pg_dsn,
+                 pg_schema=f"{pg_schema}_bsma", console=Console(file=io.StringIO()))
+    _check(report, tmp_path, list(WORKLOADS))
+
+
+def test_every_view_and_strategy_on_spark(spark_available: None, tmp_path: Path) -> None:
+    from idivm.spark import embedded_session
+
+    spark = embedded_session("local[2]")
+    report = run("spark", 0.0001, tmp_path, workloads=["users", "mixed"], repeat=1, d=8,
+                 cold=False, spark=spark, console=Console(file=io.StringIO()))
+    _check(report, tmp_path, ["users", "mixed"])

@@ -250,11 +250,7 @@ class Resolver:
         # one semi-join per i-diff, united: an engine can drive each from its (small) i-diff
         # through the IDs' indexes, where an OR of EXISTS makes it compute the whole state
         # (the rows are unique by the node's IDs, so UNION loses nothing)
-        # a Δ+ holds its rows as they are after the round: the post-state rows it names are
-        # its own rows, no need to recompute them (C1 of Figure 8, for snapshots)
-        parts = [select([(k, c(k, "i")) for k in node.columns], t(d.name, "i"))
-                 if which == "new" and d.schema.kind == "ins" else
-                 select([(k, c(k, "s")) for k in node.columns], subquery(state.copy(), "s"),
+        parts = [select([(k, c(k, "s")) for k in node.columns], subquery(state.copy(), "s"),
                         touches(node.columns, (d,), "s", nullable, info.ids)) for d in diffs]
         if len(parts) <= 1:
             return parts[0] if parts else select([(k, c(k, "s")) for k in node.columns],

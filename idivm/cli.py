@@ -192,7 +192,7 @@ def cmd_bench_spark(args: argparse.Namespace) -> int:
     return spark_bench.run(links=args.devices_parts, fanout=args.fanout, phones=args.phones,
                            updates=args.updates, repeat=args.repeat,
                            mixed_share=args.mixed_share, out=args.out,
-                           buckets=args.buckets, master=args.master,
+                           buckets=args.buckets, master=args.master, batches=args.batches,
                            driver_memory=args.driver_memory, warehouse=args.warehouse)
 
 
@@ -478,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="price updates in batch (a) (default: 200)")
     b.add_argument("--mixed-share", type=float, default=0.01,
                    help="batch (b) size as a share of devices_parts rows (default: 0.01)")
+    b.add_argument("--batches", default="ab", choices=("ab", "a", "b"),
+                   help="which batches to run: (a) price updates, (b) mixed (default: ab)")
     b.add_argument("--buckets", type=int, metavar="N",
                    help="hash buckets per stored relation (default: one per 2000 rows, "
                    "at most 1024)")

@@ -60,7 +60,7 @@ def run(links: int = 5_000_000, fanout: int = 10, phones: float = 0.2, updates: 
         repeat: int = 3,
         mixed_share: float = 0.01, out: str = "bench_out/spark", buckets: int | None = None,
         master: str | None = None, driver_memory: str = "8g", warehouse: str | None = None,
-        console: Console | None = None) -> int:
+        batches: str = "ab", console: Console | None = None) -> int:
     """Run the benchmark, print and write the results; 0 when every view was verified."""
     c = console or Console()
     if warehouse is None:
@@ -71,7 +71,7 @@ def run(links: int = 5_000_000, fanout: int = 10, phones: float = 0.2, updates: 
             shutil.rmtree(root)
     try:
         return _run(c, root, PartsDevices(links, fanout, phones), updates, repeat, mixed_share,
-                    Path(out), buckets, master, driver_memory)
+                    Path(out), buckets, master, driver_memory, batches)
     finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
@@ -79,7 +79,8 @@ def run(links: int = 5_000_000, fanout: int = 10, phones: float = 0.2, updates: 
 
 def _run(c: Console, root: Path, pd: PartsDevices, updates: int, repeat: int,
          mixed_share: float, out: Path,
-         buckets: int | None, master: str | None, driver_memory: str) -> int:
+         buckets: int | None, master: str | None, driver_memory: str, batches: str = "ab"
+         ) -> int:
     from idivm.cli import driver_conf, spark_session
     from idivm.spark import SparkMaintainer
 
@@ -89,7 +90,7 @@ def _run(c: Console, root: Path, pd: PartsDevices, updates: int, repeat: int,
     report: dict[str, Any] = {"config": {
         "devices_parts": pd.devices * pd.fanout, "devices": pd.devices, "parts": pd.parts,
         "fanout": pd.fanout, "phone_share": pd.phone_share, "price_updates": updates,
-        "mixed_share": mixed_share, "repeat": repeat, "buckets": buckets,
+        "mixed_share": mixed_share, "repeat": repeat, "buckets": buckets, "batches": batches,
         "master": master or "local[*]",
         "driver_memory": driver_memory, "cpus": os.cpu_count(), "python": platform.python_version(),
     }, "setup": {}, "results": []}
@@ -118,13 +119,15 @@ def _run(c: Console, root: Path, pd: PartsDevices, updates: int, repeat: int,
                 report["setup"][f"{label} buckets"] = {
                     r.name: m.store.partitions(r.name) for r in p.materialized}
 
-        batches = [("a", f"{updates} price updates", lambda rep: {
+        todo = [("a", f"{updates} price updates", lambda rep: {
             "parts": price_updates(spark, spark.table("parts"), updates, pd, salt=rep)}),
             ("b", f"{mixed_share:.0%} mixed", lambda rep: mixed_batch(
                 spark, {t: spark.table(t) for t in TABLES}, pd, mixed_share, salt=1 + rep,
                 slot=pd.fanout + rep))]
         rounds: list[dict[str, Any]] = []
-        for key, caption, build in batches:
+        for key, caption, build in todo:
+            if key not in batches:
+                continue
             for rep in range(repeat):
                 rounds += _round(progress, m, spark, scratch, key, caption, rep,
                                  build(rep))

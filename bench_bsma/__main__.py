@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                    "the paper's User workload)")
     r.add_argument("--d-sweep", type=int, nargs="*", default=None,
                    help="also run the User workload at these diff sizes (default on "
-                   "PostgreSQL: 300 500)")
+                   "PostgreSQL: 500)")
     r.add_argument("--no-cold", action="store_true",
                    help="PostgreSQL: skip the cold pass (server restart, OS caches dropped)")
     r.add_argument("--dsn", help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
         sf = args.sf if args.sf is not None else (0.002 if args.backend == "postgres" else 0.001)
         d_sweep = args.d_sweep if args.d_sweep is not None else (
-            [300, 500] if args.backend == "postgres" else [])
+            [500] if args.backend == "postgres" else [])
         report = run(args.backend, sf, args.out or Path(f"bench_out/bsma_{args.backend}"),
                      seed=args.seed, views=args.views,
                      workloads=args.workloads if args.workloads is not None else (

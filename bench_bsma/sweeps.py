@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlglot import exp
 
-from bench_bsma.backends import PHASES, phases
+from bench_bsma.backends import PHASES, pg_equal, phases, spark_equal
 from bench_bsma.run import progress_bar
 from idivm.catalog import Catalog
 
@@ -136,15 +136,7 @@ class _PgSweep:
         return st.seconds, phases(p, st.statement_seconds, st.seconds), applied
 
     def verify(self, name: str) -> bool:
-        p = self.m.plan_of(name)
-        cols = [exp.column(c, quoted=True) for c in p.columns]
-        stored = exp.select(*cols).from_(exp.table_(exp.to_identifier(name, quoted=True)))
-        fresh = p.recompute_query()
-        diff = exp.union(exp.except_(stored, fresh.copy(), distinct=False),
-                         exp.except_(fresh, stored.copy(), distinct=False), distinct=False)
-        row = self.conn.execute(exp.select(exp.func("COUNT", exp.Star())).from_(
-            diff.subquery("x")).sql("postgres")).fetchone()
-        return row is not None and int(row[0]) == 0
+        return pg_equal(self.conn, self.m.plan_of(name), name)
 
     def close(self) -> None:
         if self.m is not None:
@@ -200,11 +192,7 @@ class _SparkSweep:
         return st.seconds, phases(p, st.statements, st.seconds), applied
 
     def verify(self, name: str) -> bool:
-        from idivm.bench.spark_bench import fingerprint
-
-        fresh = self.m.recompute(name)
-        types = {f.name: f.dataType for f in fresh.schema.fields}
-        return bool(fingerprint(self.m.read_view(name), types) == fingerprint(fresh, types))
+        return spark_equal(self.m, name)
 
     def close(self) -> None:
         import shutil
@@ -215,14 +203,14 @@ class _SparkSweep:
 
 def sweep(backend: str, params: Sequence[str], out: Path, links: int | None = None,
           repeat: int = 3, dsn: str | None = None, master: str | None = None,
-          console: Console | None = None) -> dict[str, Any]:
+          pg_schema: str = "bsma_sweep", console: Console | None = None) -> dict[str, Any]:
     c = console or Console()
     links = links or 1_000_000
     devices = links // DEFAULTS["f"]
     if backend == "postgres":
         from idivm.demo import default_dsn
 
-        be: Any = _PgSweep(dsn or default_dsn())
+        be: Any = _PgSweep(dsn or default_dsn(), pg_schema)
     else:
         be = _SparkSweep(out / "_warehouse", master)
     c.rule(f"[bold]parts/devices sweeps on {backend}: {devices:,} devices and parts, "

@@ -66,3 +66,15 @@ def test_every_view_and_strategy_on_spark(spark_available: None, tmp_path: Path)
     report = run("spark", 0.0001, tmp_path, views=views, workloads=["mixed"], repeat=1, d=8,
                  cold=False, spark=spark, console=Console(file=io.StringIO()))
     _check(report, tmp_path, ["mixed"], views)
+
+
+@pytest.mark.postgres
+def test_parts_devices_sweep_on_postgres(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
+    from bench_bsma.sweeps import VALUES, sweep
+
+    report = sweep("postgres", ["j"], tmp_path, links=2000, repeat=1, dsn=pg_dsn,
+                   pg_schema=f"{pg_schema}_sweep", console=Console(file=io.StringIO()))
+    assert report["verified"]
+    assert [e["value"] for e in report["sweeps"]["j"]] == VALUES["j"]
+    assert (tmp_path / "sweeps_postgres.json").exists()
+    assert (tmp_path / "sweep_j_postgres.png").exists()

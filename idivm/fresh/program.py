@@ -1,0 +1,427 @@
+"""The viewlet transform: a fresh query → a trigger program of maps that maintain each other.
+
+For an event on relation R carrying tuple t, the delta of a map's monomial replaces each
+nonempty subset S of its R-atoms by t (sign^|S|: a self-join's Δ is tΔ⋈R + R⋈Δt + Δt⋈Δt).
+What remains is split by the variables t does not bind into connected components (query
+decomposition); conditions and values that read t and remaining variables together are kept in
+the trigger, their remaining variables becoming map keys (avoidance of input variables); each
+component becomes a map keyed by the variables the trigger binds or needs, deduplicated by a
+canonical form (duplicate view elimination), and is maintained the same way, recursively, until
+deltas are constant: DBToaster's higher-order IVM (seed 000 §4–5, seed 002 Figure 2).
+
+``depth`` bounds materialization: ``None`` is the full higher-order program; ``1`` maintains the
+view maps with first-order deltas evaluated over the base relations (classical IVM in the same
+runtime); ``0`` re-evaluates the view from the base relations (``recompute`` statements).
+
+A statement is ``target[keys] += coef · Π factors`` under ``guards`` (event-only conditions),
+inside nested ``loops`` over map slices whose bound key positions are looked up with values
+known at that point. Statements of one trigger run in decreasing order of their target's atom
+count: a map is read only by statements targeting larger maps, so every delta reads the state
+before the event, as the delta rules require.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from idivm.catalog import Catalog
+from idivm.fresh import expr as E
+from idivm.fresh.query import Atom, FreshQuery, Mono, expand
+
+KINDS = ("insert", "delete", "update")
+
+
+@dataclass(frozen=True)
+class MapDef:
+    """A materialized map: ``keys`` → Σ monos. View maps key by expressions, others by vars."""
+
+    name: str
+    keys: tuple[E.Expr, ...]
+    monos: tuple[Mono, ...]
+    role: str  # view | aux | base
+
+    @property
+    def arity(self) -> int:
+        return len(self.keys)
+
+    @property
+    def order(self) -> int:
+        """Atoms of the defining query (a delta reads only maps of lower order)."""
+        return max((len(m.atoms) for m in self.monos), default=0)
+
+    def show(self) -> str:
+        keys = ", ".join(E.show(k) for k in self.keys)
+        body = " + ".join(m.show() for m in self.monos)
+        return f"{self.name}[{keys}] := Σ {body}"
+
+
+@dataclass(frozen=True)
+class Loop:
+    """For each entry of ``map`` whose bound key positions equal ``bound`` (None = free):
+    ``binds[i]`` names the statement variable taking key position i."""
+
+    map: str
+    bound: tuple[E.Expr | None, ...]
+    binds: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class Stmt:
+    target: str
+    keys: tuple[E.Expr, ...]
+    coef: float
+    guards: tuple[E.Expr, ...] = ()
+    loops: tuple[Loop, ...] = ()
+    conds: tuple[E.Expr, ...] = ()
+    factors: tuple[E.Expr, ...] = ()
+
+    def show(self, maps: dict[str, MapDef]) -> str:
+        lines = []
+        ind = ""
+        if self.guards:
+            lines.append(f"if {' and '.join(E.show(g) for g in self.guards)}:")
+            ind = "  "
+        for lp in self.loops:
+            keys = ", ".join(E.show(b) if b is not None else f"{n}" for b, n in
+                             zip(lp.bound, lp.binds, strict=True))
+            if all(b is not None for b in lp.bound):
+                lines.append(f"{ind}with {lp.map}[{keys}]:")
+            else:
+                lines.append(f"{ind}for {lp.map}[{keys}]:")
+            ind += "  "
+        if self.conds:
+            lines.append(f"{ind}if {' and '.join(E.show(c) for c in self.conds)}:")
+            ind += "  "
+        val = [f"{self.coef:g}"] + [E.show(f) for f in self.factors] + [
+            f"{lp.map}[…]" for lp in self.loops]
+        keys = ", ".join(E.show(k) for k in self.keys)
+        lines.append(f"{ind}{self.target}[{keys}] += {' · '.join(val)}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: str
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    key: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    query: FreshQuery
+    depth: int | None
+    tables: tuple[TableInfo, ...]
+    maps: tuple[MapDef, ...]
+    triggers: dict[str, dict[str, tuple[Stmt, ...]]]
+    recompute: tuple[Stmt, ...]
+    inplace: dict[str, frozenset[int]]  # value-only columns an update may change in place
+    count_map: str
+    agg_maps: tuple[str | None, ...] = field(default=())  # per aggregate: sum or value-count map
+
+    def map(self, name: str) -> MapDef:
+        return next(m for m in self.maps if m.name == name)
+
+    def listing(self) -> str:
+        maps = {m.name: m for m in self.maps}
+        out = [f"-- fresh view program (depth {self.depth if self.depth is not None else 'hi'})"]
+        out += ["-- " + m.show() for m in self.maps]
+        for rel, kinds in self.triggers.items():
+            for kind, stmts in kinds.items():
+                out.append(f"ON {kind} {rel}:")
+                out += ["  " + s.show(maps).replace("\n", "\n  ") for s in stmts]
+        if self.recompute:
+            out.append("RECOMPUTE:")
+            out += ["  " + s.show(maps).replace("\n", "\n  ") for s in self.recompute]
+        return "\n".join(out)
+
+
+def _components(atoms: Sequence[Atom], bound: set[str]) -> list[list[Atom]]:
+    """Connected components of atoms linked by shared variables the event does not bind."""
+    comps: list[tuple[list[Atom], set[str]]] = []
+    for a in atoms:
+        vs = {v.name for v in a.vars} - bound
+        merged: tuple[list[Atom], set[str]] = ([a], vs)
+        keep = []
+        for c in comps:
+            if c[1] & vs:
+                merged = (c[0] + merged[0], c[1] | merged[1])
+            else:
+                keep.append(c)
+        comps = keep + [merged]
+    order = {id(a): i for i, a in enumerate(atoms)}
+    return sorted((sorted(c[0], key=lambda a: order[id(a)]) for c in comps),
+                  key=lambda c: order[id(c[0])])
+
+
+class _Compiler:
+    def __init__(self, query: FreshQuery, depth: int | None, tables: dict[str, TableInfo]):
+        self.query = query
+        self.depth = depth
+        self.tables = tables
+        self.maps: dict[str, MapDef] = {}
+        self.canon: dict[str, str] = {}
+
+    # -------------------------------------------------------------------------- maps
+
+    def add_map(self, keys: Sequence[E.Var], mono: Mono, role: str) -> str:
+        names: dict[str, str] = {}
+        for i, k in enumerate(keys):
+            names[k.name] = f"k{i}"
+        for a in mono.atoms:
+            for v in a.vars:
+                names.setdefault(v.name, f"v{len(names)}")
+        ren = {old: E.Var(next(v.type for a in mono.atoms for v in a.vars if v.name == old)
+                          if any(v.name == old for a in mono.atoms for v in a.vars) else "int",
+                          new) for old, new in names.items()}
+        cm = Mono(mono.coef, tuple(Atom(a.rel, tuple(ren[v.name] for v in a.vars))
+                                   for a in mono.atoms),
+                  tuple(sorted((E.rename(c, ren) for c in mono.conds), key=E.show)),
+                  tuple(sorted((E.rename(f, ren) for f in mono.factors), key=E.show)))
+        ckeys = tuple(E.Var(k.type, f"k{i}") for i, k in enumerate(keys))
+        text = f"{role}|{[k.type for k in ckeys]}|{cm.show()}"
+        if text in self.canon:
+            return self.canon[text]
+        prefix = {"base": "base_", "aux": "m"}[role]
+        name = f"{prefix}{mono.atoms[0].rel}" if role == "base" else f"m{len(self.canon) + 1}"
+        self.canon[text] = name
+        self.maps[name] = MapDef(name, ckeys, (cm,), role)
+        return name
+
+    def base_map(self, rel: str) -> str:
+        t = self.tables[rel]
+        vs = tuple(E.Var(ty, f"c{i}") for i, ty in enumerate(t.types))
+        return self.add_map(vs, Mono(1, (Atom(rel, vs),)), "base")
+
+    # -------------------------------------------------------------------------- deltas
+
+    def derive(self, m: MapDef, rel: str, sign: int) -> list[Stmt]:
+        out = []
+        for mono in m.monos:
+            idx = [i for i, a in enumerate(mono.atoms) if a.rel == rel]
+            for r in range(1, len(idx) + 1):
+                for subset in itertools.combinations(idx, r):
+                    out.append(self.delta(m, mono, subset, sign))
+        return out
+
+    def delta(self, m: MapDef, mono: Mono, subset: Sequence[int], sign: int) -> Stmt:
+        binding: dict[str, E.Expr] = {}
+        guards: list[E.Expr] = []
+        for i in subset:
+            for pos, v in enumerate(mono.atoms[i].vars):
+                arg = E.Arg(v.type, pos)
+                if v.name in binding:
+                    if binding[v.name] != arg:
+                        guards.append(E.Cmp("bool", "=", binding[v.name], arg))
+                else:
+                    binding[v.name] = arg
+        rest = [a for j, a in enumerate(mono.atoms) if j not in subset]
+        keys = tuple(E.rename(k, binding) for k in m.keys)
+        conds = [E.rename(c, binding) for c in mono.conds]
+        factors = [E.rename(f, binding) for f in mono.factors]
+        coef = mono.coef * sign ** len(subset)
+        materialize = self.depth is None or m.role != "view"
+        return self.statement(m.name, keys, coef, guards, conds, factors, rest, binding,
+                              materialize)
+
+    def statement(self, target: str, keys: tuple[E.Expr, ...], coef: float,
+                  guards: list[E.Expr], conds: list[E.Expr], factors: list[E.Expr],
+                  rest: Sequence[Atom], binding: dict[str, E.Expr],
+                  materialize: bool) -> Stmt:
+        guards = guards + [c for c in conds if not E.variables(c)]
+        scalars = [f for f in factors if not E.variables(f)]
+        conds = [c for c in conds if E.variables(c)]
+        factors = [f for f in factors if E.variables(f)]
+        comps = _components(rest, set(binding))
+        comp_of = {v.name: ci for ci, comp in enumerate(comps) for a in comp for v in a.vars
+                   if v.name not in binding}
+        inner: list[tuple[list[E.Expr], list[E.Expr]]] = [([], []) for _ in comps]
+        loop_conds: list[E.Expr] = []
+        loop_factors: list[E.Expr] = []
+        for terms, slot, outer in ((conds, 0, loop_conds), (factors, 1, loop_factors)):
+            for t in terms:
+                cs = {comp_of[v] for v in E.variables(t)}
+                if len(cs) == 1 and not E.has_args(t):
+                    inner[cs.pop()][slot].append(t)
+                else:
+                    outer.append(t)
+        needed: set[str] = set()
+        for x in (*keys, *loop_conds, *loop_factors):
+            needed |= E.variables(x)
+        loops: list[Loop] = []
+        for ci, comp in enumerate(comps):
+            if materialize:
+                vars_in = {v.name: v for a in comp for v in a.vars}
+                key_vars = [vars_in[n] for n in sorted(n for n in vars_in if n in binding)]
+                key_vars += [vars_in[n] for n in sorted(n for n in vars_in
+                                                         if n in needed and n not in binding)]
+                name = self.add_map(key_vars, Mono(1, tuple(comp), tuple(inner[ci][0]),
+                                                   tuple(inner[ci][1])), "aux")
+                loops.append(Loop(name, tuple(binding.get(v.name) for v in key_vars),
+                                  tuple(None if v.name in binding else v.name
+                                        for v in key_vars)))
+            else:
+                base_loops, extra = self.base_loops(comp, binding, loops)
+                loops += base_loops
+                loop_conds += inner[ci][0] + extra
+                loop_factors += inner[ci][1]
+        return Stmt(target, keys, coef, tuple(guards), tuple(loops), tuple(loop_conds),
+                    tuple(scalars + loop_factors))
+
+    def base_loops(self, comp: Sequence[Atom], binding: dict[str, E.Expr],
+                   outer: Sequence[Loop]) -> tuple[list[Loop], list[E.Expr]]:
+        """A component evaluated over the base relations: nested loops, most-bound first."""
+        known = {n for lp in outer for n in lp.binds if n is not None}
+        remaining = list(comp)
+        loops: list[Loop] = []
+        extra: list[E.Expr] = []
+        while remaining:
+            def boundness(a: Atom) -> int:
+                return sum(v.name in binding or v.name in known for v in a.vars)
+            atom = max(remaining, key=boundness)  # first of the most bound
+            remaining.remove(atom)
+            bound: list[E.Expr | None] = []
+            binds: list[str | None] = []
+            seen: set[str] = set()
+            for pos, v in enumerate(atom.vars):
+                if v.name in binding:
+                    bound.append(binding[v.name])
+                    binds.append(None)
+                elif v.name in known:
+                    bound.append(v)
+                    binds.append(None)
+                elif v.name in seen:
+                    tmp = f"{v.name}__{pos}"
+                    bound.append(None)
+                    binds.append(tmp)
+                    extra.append(E.Cmp("bool", "=", E.Var(v.type, tmp), v))
+                else:
+                    bound.append(None)
+                    binds.append(v.name)
+                    seen.add(v.name)
+            known |= seen
+            loops.append(Loop(self.base_map(atom.rel), tuple(bound), tuple(binds)))
+        return loops, extra
+
+
+def view_maps(c: _Compiler, q: FreshQuery) -> tuple[str, list[str | None]]:
+    keys = tuple(e for _, e in q.group)
+    body = Mono(1, q.atoms, q.conds)
+    c.maps["v_count"] = MapDef("v_count", keys, (body,), "view")
+    agg_maps: list[str | None] = []
+    for i, a in enumerate(q.aggs):
+        if a.func in ("sum", "avg"):
+            assert a.arg is not None
+            monos = tuple(Mono(coef, q.atoms, q.conds, fs) for coef, fs in expand(a.arg, q.atoms))
+            name = f"v_sum{i}"
+            c.maps[name] = MapDef(name, keys, monos or (Mono(0, q.atoms, q.conds),), "view")
+        elif a.func in ("min", "max"):
+            assert a.arg is not None
+            name = f"v_vals{i}"
+            c.maps[name] = MapDef(name, keys + (a.arg,), (body,), "view")
+        else:
+            agg_maps.append(None)  # COUNT reads v_count: values are NOT NULL here
+            continue
+        agg_maps.append(name)
+    return "v_count", agg_maps
+
+
+def _value_only(maps: Sequence[MapDef], rel: str, arity: int) -> frozenset[int]:
+    """Columns of ``rel`` read only as values (never as key, join or condition): an update
+    changing only these adjusts the maps in place. Empty under a self-join."""
+    cols = set(range(arity))
+    for m in maps:
+        key_vars = set().union(*(E.variables(k) for k in m.keys)) if m.keys else set()
+        for mono in m.monos:
+            own = [a for a in mono.atoms if a.rel == rel]
+            if len(own) > 1:
+                return frozenset()
+            if not own:
+                continue
+            atom = own[0]
+            elsewhere = set(key_vars)
+            for c in mono.conds:
+                elsewhere |= E.variables(c)
+            for a in mono.atoms:
+                if a is not atom:
+                    elsewhere |= {v.name for v in a.vars}
+            names = [v.name for v in atom.vars]
+            for pos, n in enumerate(names):
+                if n in elsewhere or names.count(n) > 1:
+                    cols.discard(pos)
+    return frozenset(cols)
+
+
+def _in_place(stmt: Stmt, cols: frozenset[int]) -> Stmt | None:
+    """The statement of an insert rewritten for an in-place update: Π f(new) − Π f(old)."""
+    with_args = [f for f in stmt.factors if E.has_args(f)]
+    reads = {n.index for f in with_args for n in E.walk(f) if isinstance(n, E.Arg)}
+    if not reads & cols:
+        return None  # a change of value-only columns leaves this contribution unchanged
+
+    def old(e: E.Expr) -> E.Expr:
+        return E.substitute(e, lambda n: E.Arg(n.type, n.index, 1) if isinstance(n, E.Arg)
+                            else None)
+
+    def prod(fs: Sequence[E.Expr]) -> E.Expr:
+        out = fs[0]
+        for f in fs[1:]:
+            out = E.Arith("float", "*", out, f)
+        return out
+
+    p = prod(with_args)
+    diff = E.Arith("float", "-", p, old(p))
+    rest = tuple(f for f in stmt.factors if not E.has_args(f))
+    return Stmt(stmt.target, stmt.keys, stmt.coef, stmt.guards, stmt.loops, stmt.conds,
+                (diff,) + rest)
+
+
+def table_info(catalog: Catalog, name: str) -> TableInfo:
+    t = catalog.table(name)
+    types = tuple(E.sql_type(c.type, f"{name}.{c.name}") for c in t.columns)
+    return TableInfo(name, tuple(c.name for c in t.columns), types,
+                     tuple(t.column_names.index(k) for k in t.primary_key))
+
+
+def compile_program(q: FreshQuery, catalog: Catalog, depth: int | None = None) -> Program:
+    if depth is not None and depth not in (0, 1):
+        raise ValueError(f"depth must be None (higher-order), 1 or 0, not {depth!r}")
+    tables = {t: table_info(catalog, t) for t in q.tables}
+    c = _Compiler(q, depth, tables)
+    count_map, agg_maps = view_maps(c, q)
+    recompute: list[Stmt] = []
+    triggers: dict[str, dict[str, list[Stmt]]] = {t: {k: [] for k in KINDS} for t in q.tables}
+    if depth == 0:
+        for m in list(c.maps.values()):
+            for mono in m.monos:
+                recompute.append(c.statement(m.name, m.keys, mono.coef, [], list(mono.conds),
+                                             list(mono.factors), mono.atoms, {}, False))
+        for t in q.tables:
+            c.base_map(t)
+    done: set[str] = set()
+    while True:
+        todo = [m for m in c.maps.values() if m.name not in done
+                and (depth != 0 or m.role == "base")]
+        if not todo:
+            break
+        for m in todo:
+            done.add(m.name)
+            for rel in {a.rel for mono in m.monos for a in mono.atoms}:
+                triggers[rel]["insert"] += c.derive(m, rel, 1)
+                triggers[rel]["delete"] += c.derive(m, rel, -1)
+    maps = tuple(c.maps.values())
+    order = {m.name: m.order for m in maps}
+    inplace: dict[str, frozenset[int]] = {}
+    for t in q.tables:
+        for k in ("insert", "delete"):
+            triggers[t][k].sort(key=lambda s: -order[s.target])
+        cols = _value_only(maps, t, len(tables[t].types)) if depth is None else frozenset()
+        inplace[t] = cols
+        if cols:
+            triggers[t]["update"] = [s for s in (_in_place(st, cols)
+                                                 for st in triggers[t]["insert"]) if s]
+    return Program(q, depth, tuple(tables.values()), maps,
+                   {t: {k: tuple(v) for k, v in ks.items()} for t, ks in triggers.items()},
+                   tuple(recompute), inplace, count_map, tuple(agg_maps))

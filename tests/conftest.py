@@ -73,3 +73,13 @@ def spark_available() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"Spark tests cannot run: {why}")
         pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def cxx() -> None:
+    """Skip a fresh-view test when no C++ compiler is installed; under CI=true, fail instead."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        why = "g++ is not installed (apt-get install g++), or set CXX"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"fresh-view tests cannot run: {why}")
+        pytest.skip(why)

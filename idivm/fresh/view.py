@@ -60,8 +60,10 @@ class FreshView:
     first-order IVM (deltas evaluated over base relations), ``0`` re-evaluation.
     """
 
-    def __init__(self, program: Program, source: str, lib: Path) -> None:
+    def __init__(self, program: Program, source: str, lib: Path,
+                 other_tables: Iterable[str] = ()) -> None:
         self.program = program
+        self._other = frozenset(other_tables)  # in the catalog, not read: events are no-ops
         self.source = source
         self.library = lib
         self._dll = load(lib)
@@ -77,7 +79,7 @@ class FreshView:
         q = translate(view_sql, catalog)
         prog = compile_program(q, catalog, depth)
         source, _ = codegen.generate(prog)
-        return cls(prog, source, build(source))
+        return cls(prog, source, build(source), set(catalog.tables) - set(q.tables))
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -138,6 +140,8 @@ class FreshView:
         return self._info[table]
 
     def _apply(self, table: str, op: int, row: Row, old: Row | None = None) -> None:
+        if table in self._other:
+            return
         info = self._table(table)
         r = self._encode(table, row)
         o = self._encode(table, old) if old is not None else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from idivm.fresh import expr as E
 from idivm.fresh.program import Loop, MapDef, Program, Stmt
+from idivm.fresh.query import Mono
 
 TYPE_CODE = {"int": 0, "float": 1, "str": 2, "date": 3, "bool": 4}
 OPS = {"insert": 0, "delete": 1, "update": 2, "upsert": 3}
@@ -25,12 +26,33 @@ def _ident(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
+def _family_key(m: MapDef) -> tuple[object, ...]:
+    """Maps over the same keys, atoms and conditions, differing only in their values, share
+    one physical map with a value per member (F-IVM's payloads in their simplest form): one
+    probe or one slice loop then serves all of them."""
+    mono = m.monos[0]
+    body = Mono(1, mono.atoms, mono.conds).show()
+    if m.role == "view":
+        return ("view", tuple(E.show(k) for k in m.keys), tuple(k.type for k in m.keys), body)
+    return (m.role, tuple(k.type for k in m.keys), body)
+
+
 @dataclass
 class _Ctx:
     prog: Program
     strings: list[str] = field(default_factory=list)
-    masks: dict[str, list[int]] = field(default_factory=dict)  # map → secondary masks
+    masks: dict[str, list[int]] = field(default_factory=dict)  # family → secondary masks
     counter: int = 0
+    slot: dict[str, tuple[str, int]] = field(default_factory=dict)  # map → (family, value)
+    families: dict[str, list[MapDef]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        by_key: dict[tuple[object, ...], str] = {}
+        for m in self.prog.maps:
+            fam = by_key.setdefault(_family_key(m), f"F_{_ident(m.name)}")
+            members = self.families.setdefault(fam, [])
+            self.slot[m.name] = (fam, len(members))
+            members.append(m)
 
     def string(self, s: str) -> str:
         if s not in self.strings:
@@ -92,13 +114,37 @@ def _word(e: E.Expr, ctx: _Ctx, env: dict[str, str]) -> str:
     return f"fv::enc({x})" if e.type == "float" else f"static_cast<int64_t>({x})"
 
 
-def _key(m: MapDef, words: Sequence[str]) -> str:
-    return f"M_{_ident(m.name)}_t::Key{{{{{', '.join(words)}}}}}"
+def _key(fam: str, words: Sequence[str]) -> str:
+    return f"{fam}_t::Key{{{{{', '.join(words)}}}}}"
 
 
-def _stmt(s: Stmt, ctx: _Ctx, ind: str) -> list[str]:
-    """One statement: guards, nested loops (conditions placed as soon as their variables are
-    bound), then ``target.add(key, coef · factors · loop values)``."""
+def _signature(s: Stmt, ctx: _Ctx) -> str:
+    loops = [(ctx.slot[lp.map][0], [E.show(b) if b is not None else None for b in lp.bound],
+              lp.binds) for lp in s.loops]
+    return repr(([E.show(g) for g in s.guards], loops, [E.show(c) for c in s.conds]))
+
+
+def _group(stmts: Sequence[Stmt], ctx: _Ctx) -> list[list[Stmt]]:
+    """Statements with the same guards, loops (over the same physical maps) and conditions
+    share one loop nest. Reordering is safe within one target order: such statements never
+    read each other's targets (a delta reads only maps of lower order)."""
+    order = {m.name: m.order for m in ctx.prog.maps}
+    keyed = sorted(((-order[st.target], _signature(st, ctx)), i, st) for i, st in
+                   enumerate(stmts))
+    groups: list[list[Stmt]] = []
+    last = None
+    for key, _, st in keyed:
+        if key != last:
+            groups.append([])
+            last = key
+        groups[-1].append(st)
+    return groups
+
+
+def _stmt(group: Sequence[Stmt], ctx: _Ctx, ind: str) -> list[str]:
+    """One loop nest: guards, nested loops (conditions placed as soon as their variables are
+    bound), then ``target.add(key, slot, coef · factors · loop values)`` per statement."""
+    s = group[0]
     maps = {m.name: m for m in ctx.prog.maps}
     env: dict[str, str] = {}
     lines: list[str] = []
@@ -124,22 +170,23 @@ def _stmt(s: Stmt, ctx: _Ctx, ind: str) -> list[str]:
     if s.guards:
         open_block(f"if ({' && '.join(cexpr(g, ctx, env) for g in s.guards)}) {{", "}")
     place_conds()
-    vals: list[str] = []
+    loop_vals: list[str] = []
     for lp in s.loops:
         m = maps[lp.map]
+        fam = ctx.slot[lp.map][0]
         n = ctx.fresh()
-        ktype = f"M_{_ident(m.name)}_t::Key"
         bound_words = [_word(b, ctx, env) if b is not None else "0" for b in lp.bound]
         mask = sum(1 << i for i, b in enumerate(lp.bound) if b is not None)
         if mask == (1 << m.arity) - 1:
-            open_block(f"{{ const double lv{n} = {_ident(m.name)}.get({_key(m, bound_words)}); "
-                       f"if (lv{n} != 0.0) {{", "}}")
+            open_block(f"if (const double* lv{n} = {fam}.find({_key(fam, bound_words)})) {{",
+                       "}")
         elif mask == 0:
-            open_block(f"{_ident(m.name)}.scan([&](const {ktype}& k{n}, double lv{n}) {{", "});")
+            open_block(f"{fam}.scan([&](const {fam}_t::Key& k{n}, const double* lv{n}) {{",
+                       "});")
         else:
-            si = ctx.mask_index(m.name, mask)
-            open_block(f"{_ident(m.name)}.template slice<{si}>({_key(m, bound_words)}, "
-                       f"[&](const {ktype}& k{n}, double lv{n}) {{", "});")
+            si = ctx.mask_index(fam, mask)
+            open_block(f"{fam}.template slice<{si}>({_key(fam, bound_words)}, "
+                       f"[&](const {fam}_t::Key& k{n}, const double* lv{n}) {{", "});")
         for i, name in enumerate(lp.binds):
             if name is None:
                 continue
@@ -150,14 +197,17 @@ def _stmt(s: Stmt, ctx: _Ctx, ind: str) -> list[str]:
                 lines.append(f"{cur()}const int64_t {c_name} = k{n}[{i}];")
             env[name] = c_name
             known.add(name)
-        vals.append(f"lv{n}")
+        loop_vals.append(f"lv{n}")
         place_conds()
     assert len(placed) == len(s.conds), "a condition reads a variable no loop binds"
-    value = " * ".join([repr(float(s.coef))] + [f"static_cast<double>({cexpr(f, ctx, env)})"
-                                                  for f in s.factors] + vals)
-    target = maps[s.target]
-    words = [_word(k, ctx, env) for k in s.keys]
-    lines.append(f"{cur()}{_ident(target.name)}.add({_key(target, words)}, {value});")
+    for st in group:
+        vals = [f"{lv}[{ctx.slot[lp.map][1]}]" for lv, lp in zip(loop_vals, st.loops,
+                                                                   strict=True)]
+        value = " * ".join([repr(float(st.coef))] + [
+            f"static_cast<double>({cexpr(f, ctx, env)})" for f in st.factors] + vals)
+        fam, slot = ctx.slot[st.target]
+        words = [_word(k, ctx, env) for k in st.keys]
+        lines.append(f"{cur()}{fam}.add({_key(fam, words)}, {slot}, {value});")
     while stack:
         closer = stack.pop()
         lines.append(cur() + closer)
@@ -174,8 +224,8 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         for kind in ("insert", "delete"):
             body.append(f"  void {kind[:3]}_{ti}(const int64_t* t) {{  // {kind} {t.name}")
             body.append("    const int64_t* o = nullptr; (void)o;")
-            for s in prog.triggers[t.name][kind]:
-                body += _stmt(s, ctx, "    ")
+            for g in _group(prog.triggers[t.name][kind], ctx):
+                body += _stmt(g, ctx, "    ")
             body.append("  }")
         cols = prog.inplace.get(t.name, frozenset())
         body.append(f"  void upd_{ti}(const int64_t* o, const int64_t* t) {{  // update "
@@ -184,8 +234,8 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         if cols and prog.triggers[t.name]["update"] is not None:
             same = " && ".join(f"o[{i}] == t[{i}]" for i in fixed) or "true"
             body.append(f"    if ({same}) {{  // only value columns changed: adjust in place")
-            for s in prog.triggers[t.name]["update"]:
-                body += _stmt(s, ctx, "      ")
+            for g in _group(prog.triggers[t.name]["update"], ctx):
+                body += _stmt(g, ctx, "      ")
             body.append("      return;")
             body.append("    }")
         body.append(f"    del_{ti}(o);")
@@ -193,20 +243,20 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         body.append("  }")
     body.append("  void recompute() {")
     if prog.recompute:
-        for m in prog.maps:
-            if m.role == "view":
-                body.append(f"    {_ident(m.name)}.clear();")
-        for s in prog.recompute:
-            body += _stmt(s, ctx, "    ")
+        for fam, members in ctx.families.items():
+            if members[0].role == "view":
+                body.append(f"    {fam}.clear();")
+        for g in _group(prog.recompute, ctx):
+            body += _stmt(g, ctx, "    ")
     body.append("  }")
 
     members: list[str] = []
-    for m in prog.maps:
-        masks = ctx.masks.get(m.name, [])
+    for fam, ms in ctx.families.items():
+        masks = ctx.masks.get(fam, [])
         init = ", ".join(f"{x}u" for x in masks)
-        members.append(f"  using M_{_ident(m.name)}_t = fv::Map<{m.arity}, {len(masks)}>;")
-        members.append(f"  M_{_ident(m.name)}_t {_ident(m.name)}{{{{{{{init}}}}}}};  // "
-                       + m.show().replace("\n", " "))
+        members += [f"  // [{i}] {m.show()}" for i, m in enumerate(ms)]
+        members.append(f"  using {fam}_t = fv::Map<{ms[0].arity}, {len(masks)}, {len(ms)}>;")
+        members.append(f"  {fam}_t {fam}{{{{{{{init}}}}}}};")
     src: list[str] = [
         "// Generated by idivm.fresh: a higher-order IVM trigger program (C++17, std only).",
         f"// View: {' '.join(prog.query.sql.split())}",
@@ -241,14 +291,15 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         "",
         "  size_t bytes() const {",
         "    size_t b = 0;",
-        *[f"    b += {_ident(m.name)}.bytes();" for m in prog.maps],
+        *[f"    b += {fam}.bytes();" for fam in ctx.families],
         "    return b;",
         "  }",
         "",
         "  fv::Stream* map_dump_target = nullptr;",
         "  int64_t map_size(int m) const {",
         "    switch (m) {",
-        *[f"      case {i}: return static_cast<int64_t>({_ident(m.name)}.size());"
+        *[f"      case {i}: {{ int64_t n = 0; {ctx.slot[m.name][0]}.scan([&](const auto&, "
+          f"const double* v) {{ n += v[{ctx.slot[m.name][1]}] != 0.0; }}); return n; }}"
           for i, m in enumerate(prog.maps)],
         "      default: return -1;",
         "    }",
@@ -256,9 +307,11 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         "  void map_dump(int m, int64_t* keys, double* vals) const {",
         "    size_t i = 0;",
         "    switch (m) {",
-        *[f"      case {i}: {_ident(m.name)}.scan([&](const M_{_ident(m.name)}_t::Key& k, "
-          f"double v) {{ for (size_t j = 0; j < {m.arity}; ++j) keys[i * {max(m.arity, 1)} + j]"
-          f" = k[j]; vals[i++] = v; }}); break;" for i, m in enumerate(prog.maps)],
+        *[f"      case {i}: {ctx.slot[m.name][0]}.scan([&](const auto& k, const double* v) {{ "
+          f"if (v[{ctx.slot[m.name][1]}] == 0.0) return; "
+          f"for (size_t j = 0; j < {m.arity}; ++j) keys[i * {max(m.arity, 1)} + j] = k[j]; "
+          f"vals[i++] = v[{ctx.slot[m.name][1]}]; }}); break;"
+          for i, m in enumerate(prog.maps)],
         "      default: break;",
         "    }",
         "  }",

@@ -166,34 +166,43 @@ class _Compiler:
 
     # -------------------------------------------------------------------------- maps
 
-    def add_map(self, keys: Sequence[E.Var], mono: Mono, role: str) -> str:
-        names: dict[str, str] = {}
-        for i, k in enumerate(keys):
-            names[k.name] = f"k{i}"
+    def add_map(self, keys: Sequence[E.Var], mono: Mono, role: str) -> tuple[str, list[E.Var]]:
+        """The map of ``mono`` keyed by ``keys``, created or found again up to variable names
+        and key order (duplicate view elimination). Returns its name and the keys in the
+        map's order: keys are ordered by first appearance in the atoms, so the same query
+        asked with its keys permuted is the same map."""
+        key_names = {k.name for k in keys}
+        types = {v.name: v.type for a in mono.atoms for v in a.vars} | {k.name: k.type
+                                                                        for k in keys}
+        ordered: list[str] = []
+        for a in mono.atoms:
+            for v in a.vars:
+                if v.name in key_names and v.name not in ordered:
+                    ordered.append(v.name)
+        ordered += [k.name for k in keys if k.name not in ordered]
+        names: dict[str, str] = {n: f"k{i}" for i, n in enumerate(ordered)}
         for a in mono.atoms:
             for v in a.vars:
                 names.setdefault(v.name, f"v{len(names)}")
-        ren = {old: E.Var(next(v.type for a in mono.atoms for v in a.vars if v.name == old)
-                          if any(v.name == old for a in mono.atoms for v in a.vars) else "int",
-                          new) for old, new in names.items()}
+        ren = {old: E.Var(types[old], new) for old, new in names.items()}
         cm = Mono(mono.coef, tuple(Atom(a.rel, tuple(ren[v.name] for v in a.vars))
                                    for a in mono.atoms),
                   tuple(sorted((E.rename(c, ren) for c in mono.conds), key=E.show)),
                   tuple(sorted((E.rename(f, ren) for f in mono.factors), key=E.show)))
-        ckeys = tuple(E.Var(k.type, f"k{i}") for i, k in enumerate(keys))
+        ckeys = tuple(E.Var(types[n], f"k{i}") for i, n in enumerate(ordered))
+        key_order = [E.Var(types[n], n) for n in ordered]
         text = f"{role}|{[k.type for k in ckeys]}|{cm.show()}"
         if text in self.canon:
-            return self.canon[text]
-        prefix = {"base": "base_", "aux": "m"}[role]
-        name = f"{prefix}{mono.atoms[0].rel}" if role == "base" else f"m{len(self.canon) + 1}"
+            return self.canon[text], key_order
+        name = f"base_{mono.atoms[0].rel}" if role == "base" else f"m{len(self.canon) + 1}"
         self.canon[text] = name
         self.maps[name] = MapDef(name, ckeys, (cm,), role)
-        return name
+        return name, key_order
 
     def base_map(self, rel: str) -> str:
         t = self.tables[rel]
         vs = tuple(E.Var(ty, f"c{i}") for i, ty in enumerate(t.types))
-        return self.add_map(vs, Mono(1, (Atom(rel, vs),)), "base")
+        return self.add_map(vs, Mono(1, (Atom(rel, vs),)), "base")[0]
 
     # -------------------------------------------------------------------------- deltas
 
@@ -257,8 +266,9 @@ class _Compiler:
                 key_vars = [vars_in[n] for n in sorted(n for n in vars_in if n in binding)]
                 key_vars += [vars_in[n] for n in sorted(n for n in vars_in
                                                          if n in needed and n not in binding)]
-                name = self.add_map(key_vars, Mono(1, tuple(comp), tuple(inner[ci][0]),
-                                                   tuple(inner[ci][1])), "aux")
+                name, key_vars = self.add_map(key_vars, Mono(1, tuple(comp),
+                                                             tuple(inner[ci][0]),
+                                                             tuple(inner[ci][1])), "aux")
                 loops.append(Loop(name, tuple(binding.get(v.name) for v in key_vars),
                                   tuple(None if v.name in binding else v.name
                                         for v in key_vars)))

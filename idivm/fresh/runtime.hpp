@@ -105,39 +105,40 @@ class Index {
   size_t bytes() const { return slots.capacity() * sizeof(Slot); }
 };
 
-template <size_t K, size_t NS>
+template <size_t K, size_t NS, size_t V = 1>
 class Map {
  public:
   using Key = std::array<int64_t, K>;
   struct Entry {
     Key key;
-    double val;
+    std::array<double, V> val;  // V maps over the same keys and query, differing in values
     uint32_t live;
     std::array<uint32_t, NS> nxt, prv;  // per secondary index; entry id + 1, 0 = none
   };
 
   explicit Map(std::array<uint32_t, NS> masks = {}) : masks_(masks) {}
 
-  double get(const Key& k) const {
+  const double* find(const Key& k) const {
     uint32_t h = static_cast<uint32_t>(hash_key<K>(k, full_));
     size_t i = prim_.find(h, [&](uint32_t id) { return entries_[id].key == k; });
-    return prim_.slots[i].id ? entries_[prim_.slots[i].id - 1].val : 0.0;
+    return prim_.slots[i].id ? entries_[prim_.slots[i].id - 1].val.data() : nullptr;
   }
 
-  void add(const Key& k, double d) {
+  void add(const Key& k, size_t slot, double d) {
     if (d == 0.0) return;
     uint32_t h = static_cast<uint32_t>(hash_key<K>(k, full_));
     size_t i = prim_.find(h, [&](uint32_t id) { return entries_[id].key == k; });
     if (prim_.slots[i].id) {
       uint32_t id = prim_.slots[i].id - 1;
-      double v = entries_[id].val + d;
-      if (v == 0.0) {
+      Entry& e = entries_[id];
+      e.val[slot] += d;
+      if (e.val[slot] == 0.0) {
+        for (size_t j = 0; j < V; ++j)
+          if (e.val[j] != 0.0) return;
         unlink(id);
         prim_.erase_at(i);
-        entries_[id].live = 0;
+        e.live = 0;
         free_.push_back(id);
-      } else {
-        entries_[id].val = v;
       }
       return;
     }
@@ -151,7 +152,8 @@ class Map {
     }
     Entry& e = entries_[id];
     e.key = k;
-    e.val = d;
+    e.val.fill(0.0);
+    e.val[slot] = d;
     e.live = 1;
     prim_.slots[i] = Slot{id + 1, h};
     ++prim_.used;
@@ -159,7 +161,7 @@ class Map {
     if (prim_.used * 2 > prim_.slots.size()) grow();
   }
 
-  // f(key, value) for every entry whose key equals `probe` on the positions of index s.
+  // f(key, values) for every entry whose key equals `probe` on the positions of index S.
   template <size_t S, class F>
   void slice(const Key& probe, F&& f) const {
     uint32_t h = static_cast<uint32_t>(hash_key<K>(probe, masks_[S]));
@@ -169,7 +171,7 @@ class Map {
     for (uint32_t id = ix.slots[i].id; id;) {
       const Entry& e = entries_[id - 1];
       uint32_t next = e.nxt[S];
-      f(e.key, e.val);
+      f(e.key, e.val.data());
       id = next;
     }
   }
@@ -177,7 +179,7 @@ class Map {
   template <class F>
   void scan(F&& f) const {
     for (const Entry& e : entries_)
-      if (e.live) f(e.key, e.val);
+      if (e.live) f(e.key, e.val.data());
   }
 
   size_t size() const { return prim_.used; }

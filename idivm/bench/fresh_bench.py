@@ -1,0 +1,284 @@
+"""``idivm bench fresh``: fresh views on DBToaster's streams, three programs side by side.
+
+For each query and stream: the higher-order program (the default), first-order IVM in the same
+runtime (depth 1: view maps maintained, deltas evaluated over base relations) and re-evaluation
+(depth 0: the view recomputed after every event), each replaying the whole stream inside C++
+with parsing untimed (DBToaster's ``--preload``). Slow programs run under a time budget and their
+rate is the events they got through per second. Rates are printed next to DBToaster's own rates
+measured on these machines (``../shared/dbtoaster-data/README.md``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from idivm.catalog import Catalog
+
+TPCH_DDL = """
+create table part(p_partkey int primary key, p_name text not null, p_mfgr text not null,
+  p_brand text not null, p_type text not null, p_size int not null, p_container text not null,
+  p_retailprice numeric not null, p_comment text not null);
+create table supplier(s_suppkey int primary key, s_name text not null, s_address text not null,
+  s_nationkey int not null, s_phone text not null, s_acctbal numeric not null,
+  s_comment text not null);
+create table partsupp(ps_partkey int not null, ps_suppkey int not null, ps_availqty int not null,
+  ps_supplycost numeric not null, ps_comment text not null, primary key (ps_partkey, ps_suppkey));
+create table customer(c_custkey int primary key, c_name text not null, c_address text not null,
+  c_nationkey int not null, c_phone text not null, c_acctbal numeric not null,
+  c_mktsegment text not null, c_comment text not null);
+create table orders(o_orderkey int primary key, o_custkey int not null,
+  o_orderstatus text not null, o_totalprice numeric not null, o_orderdate date not null,
+  o_orderpriority text not null, o_clerk text not null, o_shippriority int not null,
+  o_comment text not null);
+create table lineitem(l_orderkey int not null, l_partkey int not null, l_suppkey int not null,
+  l_linenumber int not null, l_quantity numeric not null, l_extendedprice numeric not null,
+  l_discount numeric not null, l_tax numeric not null, l_returnflag text not null,
+  l_linestatus text not null, l_shipdate date not null, l_commitdate date not null,
+  l_receiptdate date not null, l_shipinstruct text not null, l_shipmode text not null,
+  l_comment text not null, primary key (l_orderkey, l_linenumber));
+create table nation(n_nationkey int primary key, n_name text not null, n_regionkey int not null,
+  n_comment text not null);
+create table region(r_regionkey int primary key, r_name text not null, r_comment text not null);
+"""
+
+FINANCE_DDL = """
+create table bids(t bigint not null, id bigint primary key, broker_id bigint not null,
+  volume numeric not null, price numeric not null);
+create table asks(t bigint not null, id bigint primary key, broker_id bigint not null,
+  volume numeric not null, price numeric not null);
+"""
+
+QUERIES: dict[str, tuple[str, str]] = {
+    # TPC-H Q3 as DBToaster runs it
+    "Q3": ("tpch", """select l.l_orderkey, o.o_orderdate, o.o_shippriority,
+        sum(l.l_extendedprice * (1 - l.l_discount)) as query3
+      from customer c, orders o, lineitem l
+      where c.c_mktsegment = 'BUILDING' and o.o_custkey = c.c_custkey
+        and l.l_orderkey = o.o_orderkey and o.o_orderdate < date '1995-03-15'
+        and l.l_shipdate > date '1995-03-15'
+      group by l.l_orderkey, o.o_orderdate, o.o_shippriority"""),
+    # TPC-H Q11 without its HAVING subquery (nested aggregates are a later issue)
+    "Q11core": ("tpch", """select ps.ps_partkey, sum(ps.ps_supplycost * ps.ps_availqty) as value
+      from partsupp ps, supplier s, nation n
+      where ps.ps_suppkey = s.s_suppkey and s.s_nationkey = n.n_nationkey
+        and n.n_name = 'GERMANY'
+      group by ps.ps_partkey"""),
+    # DBToaster's ssb4: the SSB Q4-style star join over TPC-H
+    "SSB4": ("tpch", """select sn.n_regionkey as s_region, cn.n_regionkey as c_region,
+        p.p_type, sum(l.l_quantity) as quantity
+      from customer c, orders o, lineitem l, part p, supplier s, nation sn, nation cn
+      where c.c_custkey = o.o_custkey and o.o_orderkey = l.l_orderkey
+        and p.p_partkey = l.l_partkey and s.s_suppkey = l.l_suppkey
+        and o.o_orderdate >= date '1997-01-01' and o.o_orderdate < date '1998-01-01'
+        and sn.n_nationkey = s.s_nationkey and cn.n_nationkey = c.c_nationkey
+      group by sn.n_regionkey, cn.n_regionkey, p.p_type"""),
+    "AXF": ("finance", """select b.broker_id, sum(a.volume - b.volume) as axfinder
+      from bids b, asks a
+      where b.broker_id = a.broker_id
+        and (a.price - b.price > 1000 or b.price - a.price > 1000)
+      group by b.broker_id"""),
+    "BSP": ("finance", """select x.broker_id, sum(x.volume * x.price - y.volume * y.price) as bsp
+      from bids x, bids y where x.broker_id = y.broker_id and x.t > y.t
+      group by x.broker_id"""),
+    "BSV": ("finance", """select x.broker_id, sum(x.volume * x.price * y.volume * y.price * 0.5)
+        as bsv
+      from bids x, bids y where x.broker_id = y.broker_id group by x.broker_id"""),
+}
+
+# DBToaster's rates on this machine class (tuples/s), from ../shared/dbtoaster-data/README.md
+DBTOASTER = {("Q3", "tpch-sf0.1"): 12.8e6, ("Q11core", "tpch-sf0.1"): 95e3,
+             ("SSB4", "tpch-sf0.1"): 489e3, ("AXF", "finance-big"): 333e3,
+             ("BSP", "finance-big"): 600e3}
+DEPTHS: tuple[tuple[str, int | None], ...] = (("higher-order", None), ("depth 1", 1),
+                                             ("depth 0", 0))
+
+
+def shared_data() -> Path:
+    env = os.environ.get("IDIVM_DBTOASTER_DATA")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for up in here.parents:
+        cand = up.parent / "shared" / "dbtoaster-data"
+        if cand.exists():
+            return cand
+    return Path("../shared/dbtoaster-data")
+
+
+def tpch_dir(sf: float, cache: Path, console: Console) -> Path:
+    """TPC-H at ``sf`` as '|'-separated files, generated once with DuckDB's TPC-H extension
+    (loaded offline from the ``duckdb-ext-tpch`` wheel)."""
+    out = cache / f"tpch_sf{sf:g}"
+    if (out / "lineitem.csv").exists():
+        return out
+    import duckdb
+
+    ext = glob.glob(str(Path(duckdb.__file__).parent.parent / "duckdb_ext" / "**" /
+                        "tpch.duckdb_extension*"), recursive=True)
+    con = duckdb.connect()
+    if ext:
+        con.execute(f"LOAD '{ext[0]}'")
+    else:
+        con.execute("INSTALL tpch")
+        con.execute("LOAD tpch")
+    console.print(f"generating TPC-H SF {sf:g} with DuckDB into {out}")
+    con.execute(f"CALL dbgen(sf={float(sf)})")
+    out.mkdir(parents=True, exist_ok=True)
+    for t in ("part", "supplier", "partsupp", "customer", "orders", "lineitem", "nation",
+              "region"):
+        tmp = out / f"{t}.tmp"
+        con.execute(f"COPY {t} TO '{tmp}' (DELIMITER '|', HEADER false)")
+        tmp.rename(out / f"{t}.csv")
+    return out
+
+
+@dataclass
+class Result:
+    query: str
+    stream: str
+    program: str
+    events: int
+    stream_events: int
+    seconds: float
+    rate: float
+    map_bytes: int
+    compile_seconds: float
+    complete: bool
+
+
+def streams(data: Path, sf: float, cache: Path, console: Console,
+            which: list[str]) -> dict[str, tuple[str, Path, str]]:
+    out: dict[str, tuple[str, Path, str]] = {}
+    if "finance" in which:
+        out["finance-std"] = ("finance", data / "finance/standard/finance.csv", "orderbook")
+        out["finance-big"] = ("finance", data / "finance/big/finance.csv", "orderbook")
+    if "tpch" in which:
+        out["tpch-std"] = ("tpch", data / "tpch/standard", "tpch")
+        out["tpch-std-del"] = ("tpch", data / "tpch/standard_del", "tpch")
+        if sf > 0:
+            out[f"tpch-sf{sf:g}"] = ("tpch", tpch_dir(sf, cache, console), "tpch")
+    return out
+
+
+def run(out: Path, queries: list[str], sf: float = 0.1, budget: float = 10.0,
+        which: tuple[str, ...] = ("finance", "tpch"), console: Console | None = None) -> int:
+    from rich.progress import Progress
+
+    from idivm.fresh import FreshView
+
+    c = console or Console()
+    data = shared_data()
+    cats = {"tpch": Catalog.from_ddl(TPCH_DDL), "finance": Catalog.from_ddl(FINANCE_DDL)}
+    srcs = streams(data, sf, out / "_data", c, list(which))
+    jobs = [(q, s) for q in queries for s, (kind, _, _) in srcs.items() if kind == QUERIES[q][0]]
+    results: list[Result] = []
+    with Progress(console=c) as prog:
+        task = prog.add_task("replaying", total=len(jobs) * len(DEPTHS))
+        for q, s in jobs:
+            kind, path, fmt = srcs[s]
+            for label, depth in DEPTHS:
+                prog.update(task, description=f"{q} on {s}: {label}")
+                t0 = time.perf_counter()
+                fv = FreshView.compile(QUERIES[q][1], cats[kind], depth)
+                compile_s = time.perf_counter() - t0
+                st = fv.replay(path, fmt, budget_seconds=budget if depth is not None else 0.0)
+                fv.close()
+                results.append(Result(q, s, label, st.events, st.stream_events, st.seconds,
+                                      st.rate, st.map_bytes, compile_s,
+                                      st.events == st.stream_events))
+                prog.advance(task)
+    report = _report(results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(
+        {"config": {"sf": sf, "budget_seconds": budget, "queries": queries,
+                    "cpus": os.cpu_count()},
+         "results": [asdict(r) for r in results], "summary": report}, indent=1))
+    _print(c, report)
+    png = _plot(report, out)
+    c.print(f"wrote {out / 'results.json'} and {png}")
+    return 0
+
+
+def _report(results: list[Result]) -> list[dict[str, Any]]:
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        row = rows.setdefault((r.query, r.stream), {"query": r.query, "stream": r.stream,
+                                                    "events": r.stream_events})
+        row[r.program] = r.rate
+        row[f"{r.program} complete"] = r.complete
+        if r.program == "higher-order":
+            row["map_bytes"] = r.map_bytes
+    for (q, s), row in rows.items():
+        ho = row.get("higher-order", 0.0)
+        row["× depth 0"] = ho / row["depth 0"] if row.get("depth 0") else None
+        row["× depth 1"] = ho / row["depth 1"] if row.get("depth 1") else None
+        ref = DBTOASTER.get((q, s))
+        row["dbtoaster"] = ref
+        row["× dbtoaster"] = ho / ref if ref else None
+    return list(rows.values())
+
+
+def _fmt_rate(x: float | None, complete: bool = True) -> str:
+    if x is None:
+        return "–"
+    mark = "" if complete else "†"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M{mark}"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f}k{mark}"
+    return f"{x:.0f}{mark}"
+
+
+def _print(c: Console, report: list[dict[str, Any]]) -> None:
+    t = Table(title="fresh views: tuples/second (higher-order vs depth 1 vs depth 0); "
+              "† = stopped at the time budget", title_style="bold")
+    for col in ("query", "stream", "events", "higher-order", "depth 1", "depth 0",
+                "× depth 0", "DBToaster", "× DBToaster", "map MB"):
+        t.add_column(col, justify="left" if col in ("query", "stream") else "right")
+    for r in report:
+        t.add_row(r["query"], r["stream"], f"{r['events']:,}",
+                  *[_fmt_rate(r.get(p), r.get(f"{p} complete", True))
+                    for p in ("higher-order", "depth 1", "depth 0")],
+                  f"{r['× depth 0']:.0f}×" if r["× depth 0"] else "–",
+                  _fmt_rate(r["dbtoaster"]),
+                  f"{r['× dbtoaster']:.2f}×" if r["× dbtoaster"] else "–",
+                  f"{r.get('map_bytes', 0) / 2**20:.1f}")
+    c.print(t)
+
+
+def _plot(report: list[dict[str, Any]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['query']}\n{r['stream']}" for r in report]
+    fig, ax = plt.subplots(figsize=(max(8, len(report) * 1.1), 4.5))
+    width = 0.2
+    series = [("higher-order", "tab:green"), ("depth 1", "tab:blue"), ("depth 0", "tab:gray"),
+              ("dbtoaster", "tab:red")]
+    for i, (name, color) in enumerate(series):
+        xs = [j + (i - 1.5) * width for j in range(len(report))]
+        ys = [r.get(name) or 0 for r in report]
+        ax.bar(xs, ys, width, label="DBToaster (README)" if name == "dbtoaster" else name,
+               color=color)
+    ax.set_yscale("log")
+    ax.set_ylabel("tuples / second")
+    ax.set_xticks(range(len(report)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.legend(fontsize=8)
+    ax.set_title("fresh views: refresh rate per program")
+    fig.tight_layout()
+    path = out / "fresh_rates.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -196,6 +196,21 @@ def cmd_bench_spark(args: argparse.Namespace) -> int:
                            driver_memory=args.driver_memory, warehouse=args.warehouse)
 
 
+def cmd_bench_fresh(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from idivm.bench import fresh_bench
+
+    unknown = [q for q in args.queries if q not in fresh_bench.QUERIES]
+    if unknown:
+        raise IdivmError(f"unknown queries {', '.join(unknown)}: choose from "
+                         f"{', '.join(fresh_bench.QUERIES)}")
+    if args.budget <= 0:
+        raise IdivmError("--budget must be positive")
+    return fresh_bench.run(Path(args.out), args.queries or list(fresh_bench.QUERIES),
+                           sf=args.sf, budget=args.budget, which=tuple(args.streams))
+
+
 # -- Spark ------------------------------------------------------------------------------------
 SPARK_SESSION: Any = None
 """A SparkSession ``idivm spark``, ``idivm demo`` and ``idivm bench spark`` use instead of
@@ -490,6 +505,19 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--driver-memory", default="8g",
                    help="spark.driver.memory of the embedded session (default: 8g)")
     b.set_defaults(func=cmd_bench_spark)
+    b = bench.add_parser("fresh", help="fresh views (C++ triggers) on DBToaster's finance and "
+                         "TPC-H streams: higher-order vs first-order vs re-evaluation")
+    b.add_argument("queries", nargs="*", metavar="QUERY",
+                   help="Q3 Q11core SSB4 AXF BSP BSV (default: all)")
+    b.add_argument("--sf", type=float, default=0.1,
+                   help="also replay TPC-H at this scale, generated with DuckDB (0 = only the "
+                   "shipped streams; default: 0.1)")
+    b.add_argument("--budget", type=float, default=5.0,
+                   help="seconds per depth-0 / depth-1 replay before it stops (default: 5)")
+    b.add_argument("--streams", nargs="*", default=["finance", "tpch"],
+                   choices=("finance", "tpch"))
+    b.add_argument("--out", default="bench_out/fresh", help="directory of the JSON and PNG")
+    b.set_defaults(func=cmd_bench_fresh)
     return parser
 
 

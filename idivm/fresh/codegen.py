@@ -200,18 +200,28 @@ def _stmt(group: Sequence[Stmt], ctx: _Ctx, ind: str) -> list[str]:
         loop_vals.append(f"lv{n}")
         place_conds()
     assert len(placed) == len(s.conds), "a condition reads a variable no loop binds"
+    after: list[str] = []
     for st in group:
         vals = [f"{lv}[{ctx.slot[lp.map][1]}]" for lv, lp in zip(loop_vals, st.loops,
                                                                    strict=True)]
         value = " * ".join([repr(float(st.coef))] + [
             f"static_cast<double>({cexpr(f, ctx, env)})" for f in st.factors] + vals)
         fam, slot = ctx.slot[st.target]
-        words = [_word(k, ctx, env) for k in st.keys]
-        lines.append(f"{cur()}{fam}.add({_key(fam, words)}, {slot}, {value});")
+        looped = set().union(*(E.variables(k) for k in st.keys)) & known if st.keys else set()
+        if s.loops and not looped:
+            # the target key does not depend on the loops: sum in a register, one map update
+            acc = f"acc{ctx.fresh()}"
+            lines.insert(0, f"{ind}double {acc} = 0.0;")
+            lines.append(f"{cur()}{acc} += {value};")
+            words = [_word(k, ctx, {}) for k in st.keys]
+            after.append(f"{ind}{fam}.add({_key(fam, words)}, {slot}, {acc});")
+        else:
+            words = [_word(k, ctx, env) for k in st.keys]
+            lines.append(f"{cur()}{fam}.add({_key(fam, words)}, {slot}, {value});")
     while stack:
         closer = stack.pop()
         lines.append(cur() + closer)
-    return lines
+    return lines + after
 
 
 def generate(prog: Program) -> tuple[str, dict[str, object]]:
@@ -243,8 +253,8 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         body.append("  }")
     body.append("  void recompute() {")
     if prog.recompute:
-        for fam, members in ctx.families.items():
-            if members[0].role == "view":
+        for fam, family in ctx.families.items():
+            if family[0].role == "view":
                 body.append(f"    {fam}.clear();")
         for g in _group(prog.recompute, ctx):
             body += _stmt(g, ctx, "    ")
@@ -270,13 +280,13 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         "  fv::Strings strs;",
         f"  int64_t S[{max(len(ctx.strings), 1)}];",
         *members,
-        f"  std::vector<fv::Rows> rows;  // by primary key, per table",
+        "  std::vector<fv::Rows> rows;  // by primary key, per table",
         "  bool track = true;",
         "",
         "  View() {",
         *[f"    S[{i}] = strs.intern({json.dumps(s)});" for i, s in enumerate(ctx.strings)],
-        *[f"    rows.emplace_back({len(t.types)}, std::vector<int>{{{', '.join(map(str, t.key))}}});"
-          for t in tables],
+        *[f"    rows.emplace_back({len(t.types)}, "
+          f"std::vector<int>{{{', '.join(map(str, t.key))}}});" for t in tables],
         "  }",
         "",
         *body,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from sqlglot import exp
 

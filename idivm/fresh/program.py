@@ -288,9 +288,8 @@ class _Compiler:
         loops: list[Loop] = []
         extra: list[E.Expr] = []
         while remaining:
-            def boundness(a: Atom) -> int:
-                return sum(v.name in binding or v.name in known for v in a.vars)
-            atom = max(remaining, key=boundness)  # first of the most bound
+            bound_now = set(binding) | known
+            atom = max(remaining, key=lambda a: sum(v.name in bound_now for v in a.vars))
             remaining.remove(atom)
             bound: list[E.Expr | None] = []
             binds: list[str | None] = []

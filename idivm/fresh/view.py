@@ -170,6 +170,30 @@ class FreshView:
         """The row with this key now has these values (inserted if absent)."""
         self._apply(table, codegen.OPS["upsert"], row)
 
+    def apply_changes(self, table: str, batch: Any) -> int:
+        """Apply a change batch event by event; returns the events applied.
+
+        ``batch``: a Spark or pandas DataFrame, an Arrow table, or rows (dicts), shaped as a
+        Delta Change Data Feed (the table's columns, ``_change_type`` ∈ insert, delete,
+        update_preimage, update_postimage, optionally ``_commit_version``) or as PostgreSQL's
+        change log (``__op`` 'I'/'D', ordered by ``__seq``). Within a version old images go
+        first; a pre-image and a post-image of one key become one update (applied in place
+        when only value columns changed).
+        """
+        rows = _batch_rows(batch)
+        if table in self._other:
+            return 0
+        info = self._table(table)
+        events = _events(rows, info)
+        for op, new, old in events:
+            if op == "update":
+                self.update(table, old, new)
+            elif op == "insert":
+                self.insert(table, new)
+            else:
+                self.delete(table, new)
+        return len(events)
+
     def replay(self, path: str | Path, format: str = "events", budget_seconds: float = 0.0,
                max_events: int = 0) -> ReplayStats:
         """Process a whole file inside C++ (parsing untimed). ``format``: ``events`` (CSV
@@ -260,6 +284,48 @@ class FreshView:
         return [tuple(r[c] for c in q.columns) for r in _output(q.output, rows, q.col_types)]
 
 
+def _batch_rows(batch: Any) -> list[dict[str, Any]]:
+    if hasattr(batch, "toLocalIterator") and hasattr(batch, "schema"):  # Spark DataFrame
+        return [r.asDict() for r in batch.toLocalIterator()]
+    if hasattr(batch, "to_dict") and hasattr(batch, "columns"):  # pandas
+        return list(batch.to_dict("records"))
+    if hasattr(batch, "to_pylist"):  # Arrow
+        return list(batch.to_pylist())
+    return [dict(r) for r in batch]
+
+
+def _events(rows: list[dict[str, Any]], info: TableInfo) -> list[tuple[str, Any, Any]]:
+    """Change rows → (op, row, old row) in order, pairing pre- and post-images by key."""
+    key = [info.columns[i] for i in info.key]
+    if rows and "__op" in rows[0]:
+        ordered = sorted(rows, key=lambda r: r.get("__seq", 0))
+        kinds = [("old" if r["__op"] == "D" else "new", r) for r in ordered]
+    else:
+        for r in rows:
+            if r.get("_change_type") not in ("insert", "delete", "update_preimage",
+                                             "update_postimage"):
+                raise FreshError(f"change row without a valid _change_type: {r}")
+        ordered = sorted(rows, key=lambda r: (r.get("_commit_version", 0),
+                                              r["_change_type"] not in ("delete",
+                                                                        "update_preimage")))
+        kinds = [("old" if r["_change_type"] in ("delete", "update_preimage") else "new", r)
+                 for r in ordered]
+    out: list[tuple[str, Any, Any]] = []
+    pending: dict[tuple[Any, ...], int] = {}  # key → index of a delete that may pair
+    for kind, r in kinds:
+        row = {c: r[c] for c in info.columns}
+        k = tuple(row[c] for c in key)
+        if kind == "old":
+            pending[k] = len(out)
+            out.append(("delete", row, None))
+        elif k in pending:
+            i = pending.pop(k)
+            out[i] = ("update", row, out[i][1])
+        else:
+            out.append(("insert", row, None))
+    return out
+
+
 def _aggregate(func: str, ty: str, n: int, total: float, values: list[Any]) -> Any:
     if func == "count":
         return n
@@ -280,7 +346,7 @@ def _output(chain: Sequence[A.Node], rows: list[dict[str, Any]],
     aggregates), applied bottom-up to the aggregate rows."""
     types = dict(types)
     for node in reversed(chain):
-        def conv(e: exp.Expr) -> E.Expr:
+        def conv(e: exp.Expr, types: dict[str, str] = types) -> E.Expr:
             return E.from_sql(e, lambda n: E.Var(types.get(n, "float"), n))
         if isinstance(node, A.Select):
             pred = conv(node.predicate)

@@ -154,3 +154,21 @@ def test_replay_events_file(tmp_path: Path, cxx: None) -> None:
     with pytest.raises(FreshError, match="line 1"):
         fv.replay(bad)
     assert sorted(fv.rows()) == [(10, 2)]
+
+
+def test_apply_changes_cdf_and_pg_log(cxx: None) -> None:
+    fv = FreshView.compile("select sum(r.a) as x, count(*) as n from r", RS)
+    cdf = [{"id": 1, "a": 5, "_change_type": "insert", "_commit_version": 1},
+           {"id": 2, "a": 7, "_change_type": "insert", "_commit_version": 1},
+           {"id": 1, "a": 5, "_change_type": "update_preimage", "_commit_version": 2},
+           {"id": 1, "a": 6, "_change_type": "update_postimage", "_commit_version": 2},
+           {"id": 2, "a": 7, "_change_type": "delete", "_commit_version": 3}]
+    assert fv.apply_changes("r", cdf) == 4  # the pre/post pair is one update
+    assert fv.rows() == [(6, 1)]
+    log = [{"__seq": 2, "__op": "I", "id": 1, "a": 9}, {"__seq": 1, "__op": "D", "id": 1, "a": 6},
+           {"__seq": 3, "__op": "I", "id": 3, "a": 1}]
+    assert fv.apply_changes("r", log) == 2
+    assert fv.rows() == [(10, 2)]
+    assert fv.apply_changes("s", [{"id": 1, "b": 2, "_change_type": "insert"}]) == 0
+    with pytest.raises(FreshError, match="_change_type"):
+        fv.apply_changes("r", [{"id": 4, "a": 1, "_change_type": "upsert"}])

@@ -200,7 +200,11 @@ def _stmt(group: Sequence[Stmt], ctx: _Ctx, ind: str) -> list[str]:
         loop_vals.append(f"lv{n}")
         place_conds()
     assert len(placed) == len(s.conds), "a condition reads a variable no loop binds"
-    after: list[str] = []
+    # (family, key) → per-member delta expressions; in the loop, or summed in registers and
+    # applied after it when the key does not depend on the loops
+    inner: dict[tuple[str, str], dict[int, list[str]]] = {}
+    outer: dict[tuple[str, str], dict[int, list[str]]] = {}
+    decls: list[str] = []
     for st in group:
         vals = [f"{lv}[{ctx.slot[lp.map][1]}]" for lv, lp in zip(loop_vals, st.loops,
                                                                    strict=True)]
@@ -209,19 +213,34 @@ def _stmt(group: Sequence[Stmt], ctx: _Ctx, ind: str) -> list[str]:
         fam, slot = ctx.slot[st.target]
         looped = set().union(*(E.variables(k) for k in st.keys)) & known if st.keys else set()
         if s.loops and not looped:
-            # the target key does not depend on the loops: sum in a register, one map update
             acc = f"acc{ctx.fresh()}"
-            lines.insert(0, f"{ind}double {acc} = 0.0;")
+            decls.append(f"{ind}double {acc} = 0.0;")
             lines.append(f"{cur()}{acc} += {value};")
-            words = [_word(k, ctx, {}) for k in st.keys]
-            after.append(f"{ind}{fam}.add({_key(fam, words)}, {slot}, {acc});")
+            key = _key(fam, [_word(k, ctx, {}) for k in st.keys])
+            outer.setdefault((fam, key), {}).setdefault(slot, []).append(acc)
         else:
-            words = [_word(k, ctx, env) for k in st.keys]
-            lines.append(f"{cur()}{fam}.add({_key(fam, words)}, {slot}, {value});")
+            key = _key(fam, [_word(k, ctx, env) for k in st.keys])
+            inner.setdefault((fam, key), {}).setdefault(slot, []).append(value)
+    lines += _adds(inner, ctx, cur())
     while stack:
         closer = stack.pop()
         lines.append(cur() + closer)
-    return lines + after
+    return decls + lines + _adds(outer, ctx, ind)
+
+
+def _adds(adds: dict[tuple[str, str], dict[int, list[str]]], ctx: _Ctx, ind: str) -> list[str]:
+    """One map update per (family, key): several members' deltas share one probe."""
+    out = []
+    for (fam, key), by_slot in adds.items():
+        sums = {slot: " + ".join(vs) for slot, vs in by_slot.items()}
+        if len(sums) == 1:
+            ((slot, v),) = sums.items()
+            out.append(f"{ind}{fam}.add({key}, {slot}, {v});")
+        else:
+            width = len(ctx.families[fam])
+            vec = ", ".join(f"({sums[j]})" if j in sums else "0.0" for j in range(width))
+            out.append(f"{ind}{fam}.addv({key}, {{{{{vec}}}}});")
+    return out
 
 
 def generate(prog: Program) -> tuple[str, dict[str, object]]:

@@ -161,6 +161,44 @@ class Map {
     if (prim_.used * 2 > prim_.slots.size()) grow();
   }
 
+  // Several members' deltas for one key in one probe.
+  void addv(const Key& k, const std::array<double, V>& d) {
+    bool any = false;
+    for (size_t j = 0; j < V; ++j) any |= d[j] != 0.0;
+    if (!any) return;
+    uint32_t h = static_cast<uint32_t>(hash_key<K>(k, full_));
+    size_t i = prim_.find(h, [&](uint32_t id) { return entries_[id].key == k; });
+    if (prim_.slots[i].id) {
+      uint32_t id = prim_.slots[i].id - 1;
+      Entry& e = entries_[id];
+      bool live = false;
+      for (size_t j = 0; j < V; ++j) live |= (e.val[j] += d[j]) != 0.0;
+      if (!live) {
+        unlink(id);
+        prim_.erase_at(i);
+        e.live = 0;
+        free_.push_back(id);
+      }
+      return;
+    }
+    uint32_t id;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
+    } else {
+      id = static_cast<uint32_t>(entries_.size());
+      entries_.emplace_back();
+    }
+    Entry& e = entries_[id];
+    e.key = k;
+    e.val = d;
+    e.live = 1;
+    prim_.slots[i] = Slot{id + 1, h};
+    ++prim_.used;
+    link(id);
+    if (prim_.used * 2 > prim_.slots.size()) grow();
+  }
+
   // f(key, values) for every entry whose key equals `probe` on the positions of index S.
   template <size_t S, class F>
   void slice(const Key& probe, F&& f) const {

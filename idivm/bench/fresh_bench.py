@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,6 +103,17 @@ DEPTHS: tuple[tuple[str, int | None], ...] = (("higher-order", None), ("depth 1"
                                              ("depth 0", 0))
 
 
+def auto_choice(query: str, catalog: Catalog) -> str:
+    """The program FreshView.compile(depth="auto") picks for this query."""
+    from idivm.fresh.program import compile_program
+    from idivm.fresh.query import translate
+    from idivm.fresh.view import AUTO_MAPS_PER_ATOM
+
+    q = translate(QUERIES[query][1], catalog)
+    n = len(compile_program(q, catalog, None).maps)
+    return "depth 1" if n > AUTO_MAPS_PER_ATOM * len(q.atoms) else "higher-order"
+
+
 def shared_data() -> Path:
     env = os.environ.get("IDIVM_DBTOASTER_DATA")
     if env:
@@ -175,7 +187,7 @@ def run(out: Path, queries: list[str], sf: float = 0.1, budget: float = 10.0,
 
     from idivm.fresh import FreshView
 
-    c = console or Console()
+    c = console or Console(width=None if sys.stdout.isatty() else 200)
     data = shared_data()
     cats = {"tpch": Catalog.from_ddl(TPCH_DDL), "finance": Catalog.from_ddl(FINANCE_DDL)}
     srcs = streams(data, sf, out / "_data", c, list(which))
@@ -196,7 +208,8 @@ def run(out: Path, queries: list[str], sf: float = 0.1, budget: float = 10.0,
                                       st.rate, st.map_bytes, compile_s,
                                       st.events == st.stream_events))
                 prog.advance(task)
-    report = _report(results)
+    chosen = {q: auto_choice(q, cats[QUERIES[q][0]]) for q in queries}
+    report = _report(results, chosen)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
         {"config": {"sf": sf, "budget_seconds": budget, "queries": queries,
@@ -208,7 +221,7 @@ def run(out: Path, queries: list[str], sf: float = 0.1, budget: float = 10.0,
     return 0
 
 
-def _report(results: list[Result]) -> list[dict[str, Any]]:
+def _report(results: list[Result], chosen: dict[str, str]) -> list[dict[str, Any]]:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results:
         row = rows.setdefault((r.query, r.stream), {"query": r.query, "stream": r.stream,
@@ -219,11 +232,14 @@ def _report(results: list[Result]) -> list[dict[str, Any]]:
             row["map_bytes"] = r.map_bytes
     for (q, s), row in rows.items():
         ho = row.get("higher-order", 0.0)
+        row["auto"] = chosen[q]
+        auto = row.get(chosen[q], 0.0)
         row["× depth 0"] = ho / row["depth 0"] if row.get("depth 0") else None
-        row["× depth 1"] = ho / row["depth 1"] if row.get("depth 1") else None
+        row["auto × depth 0"] = auto / row["depth 0"] if row.get("depth 0") else None
         ref = DBTOASTER.get((q, s))
         row["dbtoaster"] = ref
         row["× dbtoaster"] = ho / ref if ref else None
+        row["auto × dbtoaster"] = auto / ref if ref else None
     return list(rows.values())
 
 
@@ -242,7 +258,7 @@ def _print(c: Console, report: list[dict[str, Any]]) -> None:
     t = Table(title="fresh views: tuples/second (higher-order vs depth 1 vs depth 0); "
               "† = stopped at the time budget", title_style="bold")
     for col in ("query", "stream", "events", "higher-order", "depth 1", "depth 0",
-                "× depth 0", "DBToaster", "× DBToaster", "map MB"):
+                "HO × d0", "DBToaster", "HO × DBT", "auto", "auto × DBT", "map MB"):
         t.add_column(col, justify="left" if col in ("query", "stream") else "right")
     for r in report:
         t.add_row(r["query"], r["stream"], f"{r['events']:,}",
@@ -251,8 +267,12 @@ def _print(c: Console, report: list[dict[str, Any]]) -> None:
                   f"{r['× depth 0']:.0f}×" if r["× depth 0"] else "–",
                   _fmt_rate(r["dbtoaster"]),
                   f"{r['× dbtoaster']:.2f}×" if r["× dbtoaster"] else "–",
+                  r["auto"],
+                  f"{r['auto × dbtoaster']:.2f}×" if r["auto × dbtoaster"] else "–",
                   f"{r.get('map_bytes', 0) / 2**20:.1f}")
     c.print(t)
+    c.print("HO = higher-order; auto = the program FreshView.compile picks by default "
+            "(first-order when the higher-order one needs more than 4 maps per relation)")
 
 
 def _plot(report: list[dict[str, Any]], out: Path) -> Path:

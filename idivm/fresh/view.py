@@ -23,6 +23,7 @@ from idivm.fresh.program import Program, TableInfo, compile_program
 from idivm.fresh.query import translate
 
 Row = Sequence[Any] | Mapping[str, Any]
+AUTO_MAPS_PER_ATOM = 4
 
 
 class FreshError(IdivmError):
@@ -56,7 +57,7 @@ def _date(v: Any) -> int:
 class FreshView:
     """Compile with :meth:`compile`; feed events with insert/delete/update; read :meth:`rows`.
 
-    ``depth`` selects the maintenance program: ``None`` (default) higher-order IVM, ``1``
+    ``program.depth`` is the maintenance program: ``None`` higher-order IVM, ``1``
     first-order IVM (deltas evaluated over base relations), ``0`` re-evaluation.
     """
 
@@ -73,11 +74,26 @@ class FreshView:
         self._strings: dict[str, int] = {}
 
     @classmethod
-    def compile(cls, view_sql: str, catalog: Catalog, depth: int | None = None) -> FreshView:
+    def compile(cls, view_sql: str, catalog: Catalog,
+                depth: int | str | None = "auto") -> FreshView:
         """Translate (refusing unsupported SQL before any code exists), generate, compile
-        (cached by source hash) and load."""
+        (cached by source hash) and load.
+
+        ``depth``: ``None`` the full higher-order program, ``1`` first-order IVM, ``0``
+        re-evaluation, ``"auto"`` (default) higher-order unless it needs more than
+        ``AUTO_MAPS_PER_ATOM`` maps per relation atom: then every base event updates that many
+        large maps (a star join's fact table keys most of them) and first-order deltas over
+        indexed base relations are cheaper — DBToaster's observation that a full viewlet
+        transform can be too aggressive."""
         q = translate(view_sql, catalog)
-        prog = compile_program(q, catalog, depth)
+        if depth == "auto":
+            prog = compile_program(q, catalog, None)
+            if len(prog.maps) > AUTO_MAPS_PER_ATOM * len(q.atoms):
+                prog = compile_program(q, catalog, 1)
+        elif depth is None or isinstance(depth, int):
+            prog = compile_program(q, catalog, depth)
+        else:
+            raise ValueError(f"depth must be None, 0, 1 or 'auto', not {depth!r}")
         source, _ = codegen.generate(prog)
         return cls(prog, source, build(source), set(catalog.tables) - set(q.tables))
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from idivm.catalog import Catalog
+from idivm.errors import UnsupportedSQL
 from idivm.fresh import expr as E
 from idivm.fresh.query import Atom, FreshQuery, Mono, expand
 
@@ -389,6 +390,9 @@ def _in_place(stmt: Stmt, cols: frozenset[int]) -> Stmt | None:
 
 def table_info(catalog: Catalog, name: str) -> TableInfo:
     t = catalog.table(name)
+    if len(t.columns) > 64:
+        raise UnsupportedSQL(f"table {name} with {len(t.columns)} columns",
+                             "fresh views read tables of at most 64 columns")
     types = tuple(E.sql_type(c.type, f"{name}.{c.name}") for c in t.columns)
     return TableInfo(name, tuple(c.name for c in t.columns), types,
                      tuple(t.column_names.index(k) for k in t.primary_key))

@@ -205,10 +205,11 @@ def cmd_bench_fresh(args: argparse.Namespace) -> int:
     if unknown:
         raise IdivmError(f"unknown queries {', '.join(unknown)}: choose from "
                          f"{', '.join(fresh_bench.QUERIES)}")
-    if args.budget <= 0:
-        raise IdivmError("--budget must be positive")
+    if args.budget <= 0 or args.repeat < 1:
+        raise IdivmError("--budget must be positive and --repeat at least 1")
     return fresh_bench.run(Path(args.out), args.queries or list(fresh_bench.QUERIES),
-                           sf=args.sf, budget=args.budget, which=tuple(args.streams))
+                           sf=args.sf, budget=args.budget, which=tuple(args.streams),
+                           repeat=args.repeat)
 
 
 # -- Spark ------------------------------------------------------------------------------------
@@ -514,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "shipped streams; default: 0.1)")
     b.add_argument("--budget", type=float, default=5.0,
                    help="seconds per depth-0 / depth-1 replay before it stops (default: 5)")
+    b.add_argument("--repeat", type=int, default=3,
+                   help="replays per program and stream; the median rate is quoted (default 3)")
     b.add_argument("--streams", nargs="*", default=["finance", "tpch"],
                    choices=("finance", "tpch"))
     b.add_argument("--out", default="bench_out/fresh", help="directory of the JSON and PNG")

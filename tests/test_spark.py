@@ -251,3 +251,28 @@ def test_undeclared_changes_are_refused(spark: Any, tmp_path: Path) -> None:
         [("D9", "phone", "insert")], "did string, category string, _change_type string"))
     with pytest.raises(idivm.IdivmError, match="insert"):
         m.maintain("v")
+
+
+def test_hybrid_pipeline_on_spark(spark: Any, tmp_path: Path, cxx: None) -> None:
+    """A deferred and a fresh view over the same CDF batches agree with the recomputation."""
+    from idivm.hybrid import Pipeline
+
+    ddl = ("create table item(id int primary key, cat int not null, price int not null);"
+           "create table cat(cid int primary key, name text not null);")
+    view = ("select c.name, count(*) as n, sum(i.price) as total from item i join cat c "
+            "on i.cat = c.cid group by c.name")
+    m = maintainer(spark, tmp_path, ddl)
+    m.load_table("cat", spark.createDataFrame([(1, "a"), (2, "b")], "cid int, name string"))
+    m.load_table("item", spark.createDataFrame([(i, i % 2 + 1, i) for i in range(1, 9)],
+                                               "id int, cat int, price int"))
+    pipe = Pipeline(m.catalog, spark=m)
+    pipe.add_view("v_deferred", view, "deferred")
+    pipe.add_view("v_fresh", view, "fresh")
+    cdf = "id int, cat int, price int, _change_type string"
+    pipe.ingest("item", spark.createDataFrame(
+        [(3, 2, 3, "update_preimage"), (3, 1, 30, "update_postimage"), (4, 1, 4, "delete"),
+         (20, 2, 7, "insert")], cdf))
+    pipe.refresh()
+    fresh = sorted(pipe.rows("v_fresh"))
+    assert fresh == sorted(pipe.rows("v_deferred"))
+    assert fresh == [("a", 4, 2 + 6 + 8 + 30), ("b", 4, 1 + 5 + 7 + 7)]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from idivm.fresh import expr as E
-from idivm.fresh.program import Loop, MapDef, Program, Stmt
+from idivm.fresh.program import MapDef, Program, Stmt
 from idivm.fresh.query import Mono
 
 TYPE_CODE = {"int": 0, "float": 1, "str": 2, "date": 3, "bool": 4}
@@ -243,8 +243,8 @@ def _adds(adds: dict[tuple[str, str], dict[int, list[str]]], ctx: _Ctx, ind: str
     return out
 
 
-def generate(prog: Program) -> tuple[str, dict[str, object]]:
-    """(C++ source, metadata for the loader: tables, maps with key types, ABI ids)."""
+def generate(prog: Program) -> str:
+    """The C++ source of ``prog``."""
     ctx = _Ctx(prog)
     tables = prog.tables
     body: list[str] = []
@@ -324,7 +324,6 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         "    return b;",
         "  }",
         "",
-        "  fv::Stream* map_dump_target = nullptr;",
         "  int64_t map_size(int m) const {",
         "    switch (m) {",
         *[f"      case {i}: {{ int64_t n = 0; {ctx.slot[m.name][0]}.scan([&](const auto&, "
@@ -358,13 +357,7 @@ def generate(prog: Program) -> tuple[str, dict[str, object]]:
         '#include "abi.hpp"',
         "",
     ]
-    meta: dict[str, object] = {
-        "tables": [{"name": t.name, "columns": list(t.columns), "types": list(t.types),
-                    "key": list(t.key)} for t in tables],
-        "maps": [{"name": m.name, "role": m.role, "key_types": [k.type for k in m.keys],
-                  "definition": m.show()} for m in prog.maps],
-    }
-    return "\n".join(src), meta
+    return "\n".join(src)
 
 
-__all__ = ["generate", "OPS", "FORMATS", "Loop"]
+__all__ = ["generate", "OPS", "FORMATS"]

@@ -18,7 +18,6 @@ from sqlglot import exp
 from idivm.errors import UnsupportedSQL
 
 # Value types: "int", "float", "str" (interned id), "date" (yyyymmdd int), "bool" (0/1 int).
-INT_LIKE = ("int", "str", "date", "bool")
 
 
 def sql_type(type_sql: str, where: str) -> str:

@@ -122,9 +122,6 @@ class Program:
     count_map: str
     agg_maps: tuple[str | None, ...] = field(default=())  # per aggregate: sum or value-count map
 
-    def map(self, name: str) -> MapDef:
-        return next(m for m in self.maps if m.name == name)
-
     def listing(self) -> str:
         maps = {m.name: m for m in self.maps}
         out = [f"-- fresh view program (depth {self.depth if self.depth is not None else 'hi'})"]

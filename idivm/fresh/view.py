@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from idivm import algebra as A
 from idivm.catalog import Catalog
-from idivm.errors import BackendError, IdivmError
+from idivm.errors import IdivmError
 from idivm.fresh import codegen
 from idivm.fresh import expr as E
 from idivm.fresh.build import build, load
@@ -94,7 +94,7 @@ class FreshView:
             prog = compile_program(q, catalog, depth)
         else:
             raise ValueError(f"depth must be None, 0, 1 or 'auto', not {depth!r}")
-        source, _ = codegen.generate(prog)
+        source = codegen.generate(prog)
         return cls(prog, source, build(source), set(catalog.tables) - set(q.tables))
 
     @property
@@ -380,8 +380,4 @@ def _eval(e: E.Expr, env: dict[str, Any]) -> Any:
     return E.evaluate(e, env)
 
 
-def compile_many(views: Iterable[tuple[str, str]], catalog: Catalog) -> dict[str, FreshView]:
-    return {name: FreshView.compile(sql, catalog) for name, sql in views}
-
-
-__all__ = ["FreshView", "FreshError", "ReplayStats", "BackendError"]
+__all__ = ["FreshView", "FreshError", "ReplayStats"]

@@ -102,6 +102,18 @@ class Index {
     slots[i] = Slot{0, 0};
     --used;
   }
+  void rehash(size_t cap) {  // same entries, `cap` slots
+    std::vector<Slot> old = std::move(slots);
+    size_t n = used;
+    reset(cap);
+    for (const Slot& sl : old) {
+      if (!sl.id) continue;
+      size_t i = sl.h & mask;
+      while (slots[i].id) i = (i + 1) & mask;
+      slots[i] = sl;
+    }
+    used = n;
+  }
   size_t bytes() const { return slots.capacity() * sizeof(Slot); }
 };
 
@@ -142,23 +154,9 @@ class Map {
       }
       return;
     }
-    uint32_t id;
-    if (!free_.empty()) {
-      id = free_.back();
-      free_.pop_back();
-    } else {
-      id = static_cast<uint32_t>(entries_.size());
-      entries_.emplace_back();
-    }
-    Entry& e = entries_[id];
-    e.key = k;
-    e.val.fill(0.0);
-    e.val[slot] = d;
-    e.live = 1;
-    prim_.slots[i] = Slot{id + 1, h};
-    ++prim_.used;
-    link(id);
-    if (prim_.used * 2 > prim_.slots.size()) grow();
+    std::array<double, V> v{};
+    v[slot] = d;
+    insert_at(i, h, k, v);
   }
 
   // Several members' deltas for one key in one probe.
@@ -181,22 +179,7 @@ class Map {
       }
       return;
     }
-    uint32_t id;
-    if (!free_.empty()) {
-      id = free_.back();
-      free_.pop_back();
-    } else {
-      id = static_cast<uint32_t>(entries_.size());
-      entries_.emplace_back();
-    }
-    Entry& e = entries_[id];
-    e.key = k;
-    e.val = d;
-    e.live = 1;
-    prim_.slots[i] = Slot{id + 1, h};
-    ++prim_.used;
-    link(id);
-    if (prim_.used * 2 > prim_.slots.size()) grow();
+    insert_at(i, h, k, d);
   }
 
   // f(key, values) for every entry whose key equals `probe` on the positions of index S.
@@ -258,7 +241,7 @@ class Map {
         e.nxt[s] = 0;
         ix.slots[i] = Slot{id + 1, h};
         ++ix.used;
-        if (ix.used * 2 > ix.slots.size()) rehash(s, ix.slots.size() * 2);
+        if (ix.used * 2 > ix.slots.size()) ix.rehash(ix.slots.size() * 2);
       }
     }
   }
@@ -283,30 +266,23 @@ class Map {
     }
   }
 
-  void rehash(size_t s, size_t cap) {
-    Index& ix = sec_[s];
-    std::vector<Slot> old = std::move(ix.slots);
-    ix.reset(cap);
-    for (const Slot& sl : old) {
-      if (!sl.id) continue;
-      size_t i = sl.h & ix.mask;
-      while (ix.slots[i].id) i = (i + 1) & ix.mask;
-      ix.slots[i] = sl;
-      ++ix.used;
+  void insert_at(size_t i, uint32_t h, const Key& k, const std::array<double, V>& v) {
+    uint32_t id;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
+    } else {
+      id = static_cast<uint32_t>(entries_.size());
+      entries_.emplace_back();
     }
-  }
-
-  void grow() {
-    std::vector<Slot> old = std::move(prim_.slots);
-    size_t used = prim_.used;
-    prim_.reset(old.size() * 2);
-    for (const Slot& sl : old) {
-      if (!sl.id) continue;
-      size_t i = sl.h & prim_.mask;
-      while (prim_.slots[i].id) i = (i + 1) & prim_.mask;
-      prim_.slots[i] = sl;
-    }
-    prim_.used = used;
+    Entry& e = entries_[id];
+    e.key = k;
+    e.val = v;
+    e.live = 1;
+    prim_.slots[i] = Slot{id + 1, h};
+    ++prim_.used;
+    link(id);
+    if (prim_.used * 2 > prim_.slots.size()) prim_.rehash(prim_.slots.size() * 2);
   }
 };
 
@@ -418,7 +394,7 @@ class Rows {
     }
     std::memcpy(&data_[id * n_], row, n_ * 8);
     ix_.slots[i] = Slot{id + 1, h};
-    if (++ix_.used * 2 > ix_.slots.size()) grow();
+    if (++ix_.used * 2 > ix_.slots.size()) ix_.rehash(ix_.slots.size() * 2);
     return true;
   }
   bool erase(const int64_t* row) {
@@ -456,18 +432,6 @@ class Rows {
     for (int p : pk_)
       if (a[p] != b[p]) return false;
     return true;
-  }
-  void grow() {
-    std::vector<Slot> old = std::move(ix_.slots);
-    size_t used = ix_.used;
-    ix_.reset(old.size() * 2);
-    for (const Slot& sl : old) {
-      if (!sl.id) continue;
-      size_t i = sl.h & ix_.mask;
-      while (ix_.slots[i].id) i = (i + 1) & ix_.mask;
-      ix_.slots[i] = sl;
-    }
-    ix_.used = used;
   }
 };
 

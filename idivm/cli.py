@@ -212,6 +212,20 @@ def cmd_bench_fresh(args: argparse.Namespace) -> int:
                            repeat=args.repeat)
 
 
+def cmd_bench_pg(args: argparse.Namespace) -> int:
+    from idivm.bench import pg_bench
+
+    if any(n < 1000 for n in args.links):
+        raise IdivmError("--links must be at least 1000")
+    if args.repeat < 1 or args.floor_calls < 1:
+        raise IdivmError("--repeat and --floor-calls must be at least 1")
+    if args.scale <= 0:
+        raise IdivmError("--scale must be positive")
+    pg_bench.run(args.links, repeat=args.repeat, batches=args.batches, out=args.out,
+                 dsn=args.dsn, keep=args.keep, scale=args.scale, floor_calls=args.floor_calls)
+    return 0
+
+
 # -- Spark ------------------------------------------------------------------------------------
 SPARK_SESSION: Any = None
 """A SparkSession ``idivm spark``, ``idivm demo`` and ``idivm bench spark`` use instead of
@@ -521,6 +535,29 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("finance", "tpch"))
     b.add_argument("--out", default="bench_out/fresh", help="directory of the JSON and PNG")
     b.set_defaults(func=cmd_bench_fresh)
+    b = bench.add_parser("pg", help="parts/devices on PostgreSQL: id / tuple / recompute "
+                         "maintenance vs REFRESH MATERIALIZED VIEW vs the physical limit")
+    b.add_argument("--links", "--sizes", type=int, nargs="+", default=[500_000, 2_000_000],
+                   metavar="N", help="devices_parts rows per size (devices = parts = N / 10; "
+                   "default: 500000 2000000)")
+    b.add_argument("--repeat", type=int, default=5,
+                   help="rounds per batch, each a fresh batch; medians and min–max are "
+                   "reported (default: 5)")
+    b.add_argument("--batches", nargs="+", default=["1", "200", "20000", "200x1", "mixed"],
+                   choices=("1", "200", "20000", "200x1", "mixed"), metavar="BATCH",
+                   help="1, 200, 20000 (price updates in one UPDATE), 200x1 (200 single-row "
+                   "UPDATEs in one transaction), mixed (~1,000 link inserts/deletes, price "
+                   "updates, category flips) (default: all)")
+    b.add_argument("--scale", type=float, default=1.0,
+                   help="multiply the batch sizes (default: 1)")
+    b.add_argument("--floor-calls", type=int, default=20,
+                   help="maintain calls per floor measurement (default: 20)")
+    b.add_argument("--out", default="bench_out/pg", help="directory of the JSON and PNG")
+    b.add_argument("--dsn", default=_default_dsn(),
+                   help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
+    b.add_argument("--keep", action="store_true",
+                   help="keep the benchmark schemas (default: dropped at the end and on error)")
+    b.set_defaults(func=cmd_bench_pg)
     return parser
 
 

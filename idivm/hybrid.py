@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from psycopg import sql
+from sqlglot import exp
 
 from idivm.catalog import Catalog
 from idivm.errors import IdivmError
@@ -88,18 +89,23 @@ class Pipeline:
         from idivm.postgres import changelog
 
         pg = self.postgres
-        with pg.conn.transaction():
+        with pg.conn.transaction():  # logging first: the trigger DDL waits for writers
             for t in tables:
                 changelog.install(pg.conn, pg.schema, self.catalog.table(t), _feed(name))
+        with pg.conn.transaction():  # then the rows and the watermark, in one snapshot
+            pg.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            for t in tables:
                 cols = self.catalog.table(t).column_names
                 cur = pg.conn.execute(sql.SQL("SELECT {} FROM {}.{}").format(
                     sql.SQL(", ").join(sql.Identifier(c) for c in cols),
                     sql.Identifier(pg.schema), sql.Identifier(t)))
                 for row in cur:
                     fv.insert(t, row)
+            changelog.advance(pg.conn, pg.schema, _feed(name), tables)
 
     def poll(self) -> int:
-        """PostgreSQL: apply the changes logged since each fresh view's watermark."""
+        """PostgreSQL: apply the changes committed since each fresh view's watermark (the
+        log rows its last snapshot did not see, in log order)."""
         from idivm.postgres import changelog
 
         if self.postgres is None:
@@ -108,22 +114,20 @@ class Pipeline:
         n = 0
         for name, f in self.fresh.items():
             with pg.conn.transaction():
+                pg.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 for t in f.tables:
-                    since = changelog.watermark(pg.conn, pg.schema, t, _feed(name))
-                    upto = changelog.max_seq(pg.conn, pg.schema, t)
-                    if upto <= since:
-                        continue
+                    mark = changelog.snapshot_literal(
+                        changelog.watermark(pg.conn, pg.schema, t, _feed(name)))
                     cols = [changelog.SEQ, changelog.OP, *self.catalog.table(t).column_names]
-                    cur = pg.conn.execute(
-                        sql.SQL("SELECT {} FROM {}.{} WHERE {} > %s AND {} <= %s").format(
-                            sql.SQL(", ").join(sql.Identifier(c) for c in cols),
-                            sql.Identifier(changelog.companion_schema(pg.schema)),
-                            sql.Identifier(changelog.log_table_name(t)),
-                            sql.Identifier(changelog.SEQ), sql.Identifier(changelog.SEQ)),
-                        (since, upto))
+                    query = exp.select(*[exp.column(c, quoted=True) for c in cols]).from_(
+                        changelog.log_ref(pg.schema, t)).where(
+                        changelog.pending_predicate(mark)).order_by(
+                        exp.column(changelog.SEQ, quoted=True))
+                    cur = pg.conn.execute(query.sql("postgres"))
                     rows = [dict(zip(cols, r, strict=True)) for r in cur]
-                    n += f.view.apply_changes(t, rows)
-                    changelog.set_watermark(pg.conn, pg.schema, t, _feed(name), upto)
+                    if rows:
+                        n += f.view.apply_changes(t, rows)
+                changelog.advance(pg.conn, pg.schema, _feed(name), f.tables)
         return n
 
     # ------------------------------------------------------------------------ both

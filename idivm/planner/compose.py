@@ -19,7 +19,7 @@ from sqlglot import exp
 from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.instantiate import RuleDag
-from idivm.planner.model import DiffNode, NodeInfo, change_table, post_name, pre_name
+from idivm.planner.model import DiffNode, NodeInfo, change_table, fit, post_name, pre_name
 from idivm.planner.ruleapi import c, exists, match, select, subquery, t, union_all
 from idivm.render import render
 from idivm.script import Apply, Compute, Statement
@@ -47,11 +47,11 @@ class Composition:
 
 
 def store_name(view: str) -> str:
-    return f"{view}__store"
+    return fit(f"{view}__store")
 
 
 def cache_name(view: str, nid: int) -> str:
-    return f"{view}__cache{nid}"
+    return fit(f"{view}__cache{nid}")
 
 
 def _has_join(node: A.Node) -> bool:

@@ -13,6 +13,7 @@ resolves once caches are decided:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -123,3 +124,17 @@ def placeholder(kind: str, nid: int, extra: str = "") -> str:
 def change_table(table: str) -> str:
     """The folded effective changes of a base table (filled by the backend)."""
     return f"__chg__{table}"
+
+
+MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is silently truncated
+
+
+def fit(name: str) -> str:
+    """``name`` if it fits in 63 bytes, else a prefix of it and a hash of the whole
+    (deterministic, so every caller derives the same name)."""
+    raw = name.encode()
+    if len(raw) <= MAX_IDENT:
+        return name
+    digest = hashlib.sha1(raw).hexdigest()[:10]
+    head = raw[: MAX_IDENT - len(digest) - 1].decode(errors="ignore")
+    return f"{head}_{digest}"

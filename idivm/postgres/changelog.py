@@ -2,17 +2,33 @@
 
 Every base table used by a deferred view gets one log table in the companion schema
 ``"<schema>__idivm"``, filled by statement-level triggers, shared by all views over the table.
-Each view consumes the log from its own watermark (registry table ``log_users``).
+A log row carries the writing transaction's id (``__xid``); each consumer (a view, a fresh
+view's feed) keeps as its watermark the *snapshot* it last consumed at (registry
+``log_users``). A consumer running in a REPEATABLE READ transaction reads exactly the log rows
+of transactions its snapshot sees and its previous snapshot did not — commit order, not the
+order in which sequence numbers were drawn — and reads the base tables in that same snapshot,
+so no writer is ever locked out and no committed change is lost or consumed twice (the
+PgQ-style queue design). ``__seq`` orders the rows of one key: writers of one row are
+serialized by its row lock, so their log rows are drawn in commit order.
+
+The log holds the table's key and the columns some view reads; DDL on other columns is
+absorbed. The triggers fire ``ALWAYS`` (also under ``session_replication_role = replica``), a
+TRUNCATE is logged as the deletion of every row, and a database-wide event trigger refuses
+DDL that would leave a view silently wrong (dropping, renaming or retyping a logged column,
+renaming the table, disabling the logging triggers).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import psycopg
-from psycopg.pq import TransactionStatus
 from sqlglot import exp
 
 from idivm.catalog import Table
 from idivm.errors import BackendError, CatalogError
+from idivm.planner.model import fit
 
 __all__ = [
     "HAS_POST",
@@ -21,43 +37,63 @@ __all__ = [
     "OP_DELETE",
     "OP_INSERT",
     "SEQ",
+    "XID",
+    "advance",
     "companion_schema",
+    "fit",
     "fold_into_temp",
     "fold_query",
+    "fold_select",
     "install",
+    "install_guard",
+    "log_columns",
     "log_table_name",
-    "max_seq",
+    "pending_predicate",
     "prune",
     "q",
-    "set_watermark",
     "uninstall",
     "watermark",
 ]
 
 SEQ = "__seq"
 OP = "__op"
+XID = "__xid"
 HAS_PRE = "__has_pre"
 HAS_POST = "__has_post"
 OP_DELETE = "D"
 OP_INSERT = "I"
+RESERVED = (SEQ, OP, XID)
 
 _REGISTRY = "log_users"
+_PRUNED = "log_tables"  # per log: the xid below which every row was pruned
+_PRUNE_LOG = "prune_log"
 _NEW_ROWS = "__idivm_new"
 _OLD_ROWS = "__idivm_old"
-_MAX_IDENT = 63  # NAMEDATALEN - 1: longer names would be silently truncated (and may collide)
 
 # function-name suffix -> trigger name on the base table
 _KINDS = {
     "ins": "idivm_log_insert",
     "upd": "idivm_log_update",
     "del": "idivm_log_delete",
-    "trunc": "idivm_no_truncate",
+    "trunc": "idivm_log_truncate",
 }
+TRIGGERS = tuple(_KINDS.values())
+
+LOCK_CLASS = 0x1D1  # first key of idivm's advisory locks (the second: what is locked)
+
+GUARD_SCHEMA = "idivm"
+GUARD_FUNCTION = "guard_ddl"
+GUARD_TRIGGER = "idivm_guard_ddl"
 
 
 def q(name: str) -> str:
     """Quote one identifier for PostgreSQL."""
     return exp.to_identifier(name, quoted=True).sql("postgres")
+
+
+def lit(value: str) -> str:
+    """A string literal for PostgreSQL (rendered by sqlglot, quotes escaped)."""
+    return exp.Literal.string(value).sql("postgres")
 
 
 def _ident(name: str) -> exp.Identifier:
@@ -68,24 +104,18 @@ def _col(name: str, table: str | None = None) -> exp.Column:
     return exp.column(_ident(name), table=_ident(table) if table else None)
 
 
-def _check_len(name: str) -> str:
-    if len(name.encode()) > _MAX_IDENT:
-        raise CatalogError(f"identifier {name!r} is longer than {_MAX_IDENT} bytes")
-    return name
-
-
 def companion_schema(schema: str) -> str:
     """Name of the schema holding idivm's internal objects for ``schema``."""
-    return _check_len(f"{schema}__idivm")
+    return fit(f"{schema}__idivm")
 
 
 def log_table_name(table_name: str) -> str:
     """Unqualified name of the log table of ``table_name`` (in the companion schema)."""
-    return _check_len(f"log__{table_name}")
+    return fit(f"log__{table_name}")
 
 
 def _function_name(table_name: str, kind: str) -> str:
-    return _check_len(f"log__{table_name}__{kind}")
+    return fit(f"log__{table_name}__{kind}")
 
 
 def _qualified(schema: str, name: str) -> str:
@@ -103,28 +133,30 @@ def _registry_ref(schema: str) -> str:
 # --------------------------------------------------------------------------- installation
 
 
-def _column_types(conn: psycopg.Connection, schema: str, table: Table) -> list[tuple[str, str]]:
-    # Types come from the server so the log matches the base table exactly (typmods, domains,
-    # enums, arrays); format_type returns them already quoted where needed.
-    found = conn.execute("SELECT to_regclass(%s)", (_qualified(schema, table.name),)).fetchone()
+def column_types(conn: psycopg.Connection, schema: str, table: str) -> dict[str, str]:
+    """The table's columns and their types as the server spells them (typmods, domains, enums,
+    arrays; ``format_type`` quotes them where needed)."""
+    found = conn.execute("SELECT to_regclass(%s)", (_qualified(schema, table),)).fetchone()
     if found is None or found[0] is None:
-        raise CatalogError(f"table {schema}.{table.name} does not exist")
+        raise CatalogError(f"table {schema}.{table} does not exist")
     rows = conn.execute(
-        """
-        SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-        FROM pg_attribute a
-        WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
-        """,
-        (_qualified(schema, table.name),),
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+        "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum",
+        (_qualified(schema, table),),
     ).fetchall()
-    types = {name: typ for name, typ in rows}
-    missing = [c for c in table.column_names if c not in types]
-    if missing:
-        raise CatalogError(f"table {schema}.{table.name} has no column(s) {', '.join(missing)}")
-    return [(c, types[c]) for c in table.column_names]
+    return {str(name): str(typ) for name, typ in rows}
 
 
-def _log_insert(log: exp.Table, columns: list[str], op: str, source: str) -> str:
+def log_columns(conn: psycopg.Connection, schema: str, table_name: str) -> list[str]:
+    """The base-table columns the log of ``table_name`` holds (empty when it has no log)."""
+    comp = companion_schema(schema)
+    if not _exists(conn, comp, log_table_name(table_name)):
+        return []
+    return [c for c in column_types(conn, comp, log_table_name(table_name)) if c not in RESERVED]
+
+
+def _log_insert(log: exp.Table, columns: Sequence[str], op: str, source: str) -> str:
     select = exp.select(exp.Literal.string(op), *[_col(c) for c in columns]).from_(
         exp.Table(this=_ident(source))
     )
@@ -132,7 +164,7 @@ def _log_insert(log: exp.Table, columns: list[str], op: str, source: str) -> str
     return stmt.sql("postgres")
 
 
-def _dollar_quote(body: str) -> str:
+def dollar_quote(body: str) -> str:
     tag = "idivm"
     n = 0
     while f"${tag}$" in body:
@@ -141,96 +173,116 @@ def _dollar_quote(body: str) -> str:
     return f"${tag}${body}${tag}$"
 
 
-def _function_bodies(schema: str, table: Table) -> dict[str, str]:
-    log = exp.Table(this=_ident(log_table_name(table.name)), db=_ident(companion_schema(schema)))
-    cols = list(table.column_names)
-    ins_new = _log_insert(log, cols, OP_INSERT, _NEW_ROWS)
-    ins_old = _log_insert(log, cols, OP_DELETE, _OLD_ROWS)
+def _function_bodies(schema: str, table_name: str, columns: Sequence[str]) -> dict[str, str]:
+    log = exp.Table(this=_ident(log_table_name(table_name)), db=_ident(companion_schema(schema)))
+    ins_new = _log_insert(log, columns, OP_INSERT, _NEW_ROWS)
+    ins_old = _log_insert(log, columns, OP_DELETE, _OLD_ROWS)
+    base = exp.Table(this=_ident(table_name), db=_ident(schema))
+    every = exp.select(exp.Literal.string(OP_DELETE), *[_col(c) for c in columns]).from_(base)
+    truncated = exp.insert(every, log, columns=[_ident(OP), *[_ident(c) for c in columns]])
     return {
         "ins": f"BEGIN\n  {ins_new};\n  RETURN NULL;\nEND",
         # Old images first so every 'D' of a statement gets a smaller __seq than its 'I'.
         "upd": f"BEGIN\n  {ins_old};\n  {ins_new};\n  RETURN NULL;\nEND",
         "del": f"BEGIN\n  {ins_old};\n  RETURN NULL;\nEND",
-        "trunc": (
-            "BEGIN\n"
-            "  RAISE EXCEPTION 'TRUNCATE of table %.% is not supported: it is maintained by "
-            "idivm (delete the rows instead)', TG_TABLE_SCHEMA, TG_TABLE_NAME\n"
-            "    USING ERRCODE = 'feature_not_supported';\n"
-            "END"
-        ),
+        # BEFORE TRUNCATE: every row still there is logged as deleted
+        "trunc": f"BEGIN\n  {truncated.sql('postgres')};\n  RETURN NULL;\nEND",
     }
 
 
-def _trigger_ddl(schema: str, table_name: str, kind: str) -> str:
+def _trigger_ddl(schema: str, table_name: str, kind: str) -> list[str]:
     base = _qualified(schema, table_name)
     func = _qualified(companion_schema(schema), _function_name(table_name, kind))
     trig = q(_KINDS[kind])
+    # the arguments name the log and the table, for the DDL guard (pg_trigger.tgargs)
+    args = f"{lit(_log_ref(schema, table_name))}, {lit(base)}"
     if kind == "trunc":
-        return (
-            f"CREATE OR REPLACE TRIGGER {trig} BEFORE TRUNCATE ON {base} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {func}()"
-        )
-    event, refs = {
-        "ins": ("INSERT", f"NEW TABLE AS {q(_NEW_ROWS)}"),
-        "upd": ("UPDATE", f"OLD TABLE AS {q(_OLD_ROWS)} NEW TABLE AS {q(_NEW_ROWS)}"),
-        "del": ("DELETE", f"OLD TABLE AS {q(_OLD_ROWS)}"),
-    }[kind]
-    return (
-        f"CREATE OR REPLACE TRIGGER {trig} AFTER {event} ON {base} "
-        f"REFERENCING {refs} FOR EACH STATEMENT EXECUTE FUNCTION {func}()"
-    )
+        create = (f"CREATE OR REPLACE TRIGGER {trig} BEFORE TRUNCATE ON {base} "
+                  f"FOR EACH STATEMENT EXECUTE FUNCTION {func}({args})")
+    else:
+        event, refs = {
+            "ins": ("INSERT", f"NEW TABLE AS {q(_NEW_ROWS)}"),
+            "upd": ("UPDATE", f"OLD TABLE AS {q(_OLD_ROWS)} NEW TABLE AS {q(_NEW_ROWS)}"),
+            "del": ("DELETE", f"OLD TABLE AS {q(_OLD_ROWS)}"),
+        }[kind]
+        create = (f"CREATE OR REPLACE TRIGGER {trig} AFTER {event} ON {base} "
+                  f"REFERENCING {refs} FOR EACH STATEMENT EXECUTE FUNCTION {func}({args})")
+    # ALWAYS: logical-replication apply workers and restores run with
+    # session_replication_role = replica, where ordinary triggers do not fire
+    return [create, f"ALTER TABLE {base} ENABLE ALWAYS TRIGGER {trig}"]
 
 
-def _lock_log(conn: psycopg.Connection, schema: str, table_name: str) -> None:
-    # Waits for every writer transaction holding an uncommitted __seq to finish and blocks new
-    # ones until we commit, so no row with __seq <= the max we read can appear later.
-    # SHARE ROW EXCLUSIVE (not SHARE) so a later prune in the same transaction cannot deadlock
-    # with another maintenance run.
-    conn.execute(f"LOCK TABLE {_log_ref(schema, table_name)} IN SHARE ROW EXCLUSIVE MODE")
+def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
+            columns: Sequence[str] | None = None) -> None:
+    """Log changes of ``table`` for ``view`` (the key and ``columns``, default all), from this
+    transaction's snapshot on; the caller may move the watermark later (``advance``) within
+    the transaction that reads the table's rows.
 
-
-def install(conn: psycopg.Connection, schema: str, table: Table, view: str) -> None:
-    """Log changes of ``table`` for ``view``; the view consumes changes from now on.
-
-    Reinstalling an already registered view resets its watermark to the current end of the log.
+    The log is widened when ``columns`` holds columns it does not have yet. Reinstalling an
+    already registered view resets its watermark.
     """
     comp = companion_schema(schema)
     log_name = log_table_name(table.name)
     for kind in _KINDS:
         _function_name(table.name, kind)
-    typed = _column_types(conn, schema, table)
-    reserved = sorted({SEQ, OP} & set(table.column_names))
+    typed = column_types(conn, schema, table.name)
+    wanted = list(table.column_names if columns is None else columns)
+    missing = [c for c in [*table.primary_key, *wanted] if c not in typed]
+    if missing:
+        raise CatalogError(f"table {schema}.{table.name} has no column(s) {', '.join(missing)}")
+    reserved = sorted(set(RESERVED) & set(typed))
     if reserved:
         raise CatalogError(
             f"table {schema}.{table.name}: column name(s) {', '.join(reserved)} are reserved"
         )
-
     # Atomic: a savepoint inside a caller's transaction, else a transaction of its own.
     with conn.transaction():
+        lock_companion(conn, schema)
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(comp)}")
         conn.execute(
             f"CREATE TABLE IF NOT EXISTS {_registry_ref(schema)} ("
-            "tbl text NOT NULL, view text NOT NULL, watermark bigint NOT NULL, "
+            "tbl text NOT NULL, view text NOT NULL, watermark pg_snapshot NOT NULL, "
             "PRIMARY KEY (tbl, view))"
         )
-        col_defs = ", ".join(f"{q(c)} {typ}" for c, typ in typed)
         conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {_qualified(comp, log_name)} ("
-            f'{q(SEQ)} bigserial PRIMARY KEY, {q(OP)} "char" NOT NULL, {col_defs})'
-        )
-        for kind, body in _function_bodies(schema, table).items():
+            f"CREATE TABLE IF NOT EXISTS {_qualified(comp, _PRUNED)} ("
+            "tbl text PRIMARY KEY, pruned xid8 NOT NULL)")
+        conn.execute(f"CREATE OR REPLACE FUNCTION {_qualified(comp, _PRUNE_LOG)}(tbl text, "
+                     f"log regclass) RETURNS bigint LANGUAGE plpgsql AS "
+                     f"{dollar_quote(_prune_body(comp))}")
+        conn.execute(f"INSERT INTO {_qualified(comp, _PRUNED)} VALUES (%s, '0') "
+                     "ON CONFLICT (tbl) DO NOTHING", (table.name,))
+        have = log_columns(conn, schema, table.name)
+        logged = [c for c in typed if c in {*have, *table.primary_key, *wanted}]
+        if not have:
+            col_defs = ", ".join(f"{q(c)} {typed[c]}" for c in logged)
+            # a queue: rows come and go, so vacuum it early (dead rows slow the prune's scan)
+            conn.execute(
+                f"CREATE TABLE {_qualified(comp, log_name)} ({q(SEQ)} bigserial NOT NULL, "
+                f'{q(XID)} xid8 NOT NULL DEFAULT pg_current_xact_id(), {q(OP)} "char" NOT NULL, '
+                f"{col_defs}) WITH (autovacuum_vacuum_scale_factor = 0, "
+                "autovacuum_vacuum_threshold = 10000)")
+            conn.execute(f"CREATE INDEX ON {_qualified(comp, log_name)} ({q(XID)})")
+        else:
+            for c in logged:
+                if c not in have:  # waits for writers with rows in the log, blocks new ones
+                    conn.execute(f"ALTER TABLE {_qualified(comp, log_name)} ADD COLUMN "
+                                 f"{q(c)} {typed[c]}")
+        # the trigger DDL waits for in-flight writers of the table: rows they wrote before it
+        # are in the snapshot the view is materialized in
+        for kind, body in _function_bodies(schema, table.name, logged).items():
             func = _qualified(comp, _function_name(table.name, kind))
             conn.execute(
                 f"CREATE OR REPLACE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql "
-                f"AS {_dollar_quote(body)}"
+                f"AS {dollar_quote(body)}"
             )
-            conn.execute(_trigger_ddl(schema, table.name, kind))
-
-        _lock_log(conn, schema, table.name)
+            for ddl in _trigger_ddl(schema, table.name, kind):
+                conn.execute(ddl)
         conn.execute(
-            f"INSERT INTO {_registry_ref(schema)} (tbl, view, watermark) VALUES (%s, %s, %s) "
+            f"INSERT INTO {_registry_ref(schema)} (tbl, view, watermark) "
+            "VALUES (%s, %s, pg_current_snapshot()) "
             "ON CONFLICT (tbl, view) DO UPDATE SET watermark = EXCLUDED.watermark",
-            (table.name, view, max_seq(conn, schema, table.name)),
+            (table.name, view),
         )
 
 
@@ -254,6 +306,9 @@ def uninstall(conn: psycopg.Connection, schema: str, table_name: str, view: str)
         ).fetchone()
         if row is not None and row[0] > 0:
             return
+        if _exists(conn, comp, _PRUNED):
+            conn.execute(f"DELETE FROM {_qualified(comp, _PRUNED)} WHERE tbl = %s",
+                         (table_name,))
         for kind in _KINDS:
             func = _qualified(comp, _function_name(table_name, kind))
             # CASCADE drops the trigger on the base table too (and copes with it being gone).
@@ -264,50 +319,97 @@ def uninstall(conn: psycopg.Connection, schema: str, table_name: str, view: str)
 # --------------------------------------------------------------------------- watermarks
 
 
-def watermark(conn: psycopg.Connection, schema: str, table_name: str, view: str) -> int:
-    """Highest __seq of ``table_name``'s log already consumed by ``view``."""
+def watermark(conn: psycopg.Connection, schema: str, table_name: str, view: str) -> str:
+    """The snapshot (``pg_snapshot`` text) up to which ``view`` consumed ``table_name``'s log."""
     comp = companion_schema(schema)
     row = None
     if _exists(conn, comp, _REGISTRY):
         row = conn.execute(
-            f"SELECT watermark FROM {_registry_ref(schema)} WHERE tbl = %s AND view = %s",
+            f"SELECT watermark::text FROM {_registry_ref(schema)} WHERE tbl = %s AND view = %s",
             (table_name, view),
         ).fetchone()
     if row is None:
         raise BackendError(f"view {view!r} is not registered on table {schema}.{table_name}")
-    return int(row[0])
+    return str(row[0])
 
 
-def set_watermark(
-    conn: psycopg.Connection, schema: str, table_name: str, view: str, seq: int
-) -> None:
-    """Record that ``view`` has consumed the log of ``table_name`` up to ``seq``."""
-    watermark(conn, schema, table_name, view)  # raises if not registered
-    conn.execute(
-        f"UPDATE {_registry_ref(schema)} SET watermark = %s WHERE tbl = %s AND view = %s",
-        (seq, table_name, view),
-    )
+def advance(conn: psycopg.Connection, schema: str, view: str,
+            tables: Sequence[str] | None = None) -> None:
+    """Record that ``view`` consumed its tables' logs up to this transaction's snapshot."""
+    sql = (f"UPDATE {_registry_ref(schema)} SET watermark = pg_current_snapshot() "
+           "WHERE view = %s")
+    params: tuple[object, ...] = (view,)
+    if tables is not None:
+        sql += " AND tbl = ANY(%s)"
+        params = (view, list(tables))
+    if conn.execute(sql, params).rowcount == 0:
+        raise BackendError(f"view {view!r} is not registered in schema {schema}")
 
 
-def max_seq(conn: psycopg.Connection, schema: str, table_name: str) -> int:
-    """Highest __seq in the log of ``table_name`` (0 when empty)."""
-    row = conn.execute(
-        f"SELECT coalesce(max({q(SEQ)}), 0) FROM {_log_ref(schema, table_name)}"
-    ).fetchone()
-    return int(row[0]) if row is not None else 0
+def _prune_body(comp: str) -> str:
+    """Delete the log rows every consumer's watermark sees: xids below every watermark's xmin
+    (such a transaction had ended before each was taken). The scan starts where the last
+    prune stopped, so the dead index entries below are never walked again; a READ COMMITTED
+    caller (a concurrent prune of another view then just waits for the row lock)."""
+    return f"""DECLARE
+  lo xid8;
+  hi xid8;
+  n bigint;
+BEGIN
+  SELECT p.pruned INTO lo FROM {_qualified(comp, _PRUNED)} p WHERE p.tbl = prune_log.tbl
+    FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  SELECT min(pg_snapshot_xmin(u.watermark)) INTO hi FROM {_qualified(comp, _REGISTRY)} u
+   WHERE u.tbl = prune_log.tbl;
+  IF hi IS NULL OR hi <= lo THEN
+    RETURN 0;
+  END IF;
+  EXECUTE format('DELETE FROM %s WHERE {XID} >= $1 AND {XID} < $2', log) USING lo, hi;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  UPDATE {_qualified(comp, _PRUNED)} p SET pruned = hi WHERE p.tbl = prune_log.tbl;
+  RETURN n;
+END"""
+
+
+def prune_statement(schema: str, table_name: str) -> str:
+    """The call that prunes the log of ``table_name`` (see ``_prune_body``)."""
+    comp = companion_schema(schema)
+    return (f"SELECT {_qualified(comp, _PRUNE_LOG)}({lit(table_name)}, "
+            f"{lit(_log_ref(schema, table_name))}::regclass)")
 
 
 def prune(conn: psycopg.Connection, schema: str, table_name: str) -> int:
-    """Delete log rows every view has consumed; return how many."""
-    cur = conn.execute(
-        f"DELETE FROM {_log_ref(schema, table_name)} WHERE {q(SEQ)} <= "
-        f"(SELECT min(watermark) FROM {_registry_ref(schema)} WHERE tbl = %s)",
-        (table_name,),
-    )
-    return cur.rowcount
+    """Delete log rows every consumer has consumed; return how many."""
+    row = conn.execute(prune_statement(schema, table_name)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def lock_companion(conn: psycopg.Connection, schema: str) -> None:
+    """Serialize installs into one companion schema (their CREATE OR REPLACE of shared
+    functions would otherwise collide: 'tuple concurrently updated')."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                 (LOCK_CLASS, companion_schema(schema)))
 
 
 # --------------------------------------------------------------------------- folding
+
+
+def snapshot_literal(text: str) -> exp.Expr:
+    """A ``pg_snapshot`` constant (a watermark read back as text)."""
+    return exp.cast(exp.Literal.string(text), exp.DataType.build("pg_snapshot", udt=True))
+
+
+def pending_predicate(prev: exp.Expr) -> exp.Expr:
+    """Log rows the current snapshot sees and the snapshot ``prev`` did not (the index on
+    ``__xid`` bounds the scan from below: an xid under prev's xmin had ended before it)."""
+    xid = _col(XID)
+    return exp.and_(
+        exp.GTE(this=xid, expression=exp.Anonymous(this="pg_snapshot_xmin",
+                                                   expressions=[prev.copy()])),
+        exp.Not(this=exp.Anonymous(this="pg_visible_in_snapshot",
+                                   expressions=[xid.copy(), prev.copy()])))
 
 
 def _null_safe_eq(a: exp.Expr, b: exp.Expr) -> exp.Expr:
@@ -325,7 +427,15 @@ def _null_safe_eq(a: exp.Expr, b: exp.Expr) -> exp.Expr:
 
 
 def fold_query(table: Table, log: exp.Expr, since: int, upto: int) -> exp.Select:
-    """Effective changes per key in the log rows with ``since < __seq <= upto``.
+    """Effective changes per key in the log rows with ``since < __seq <= upto`` (the Spark
+    backend's versioned change log)."""
+    return fold_select(table, log, exp.and_(
+        exp.GT(this=_col(SEQ), expression=exp.Literal.number(since)),
+        exp.LTE(this=_col(SEQ), expression=exp.Literal.number(upto))))
+
+
+def fold_select(table: Table, log: exp.Expr, where: exp.Expr) -> exp.Select:
+    """Effective changes per key in the log rows satisfying ``where``.
 
     Columns: key columns, ``c__pre`` per non-key column, ``c__post`` per non-key column,
     ``__has_pre``, ``__has_post``. Keys whose net change is nothing are left out.
@@ -358,12 +468,7 @@ def fold_query(table: Table, log: exp.Expr, since: int, upto: int) -> exp.Select
             ],
         )
         .from_(log.copy())
-        .where(
-            exp.and_(
-                exp.GT(this=_col(SEQ), expression=exp.Literal.number(since)),
-                exp.LTE(this=_col(SEQ), expression=exp.Literal.number(upto)),
-            )
-        )
+        .where(where.copy())
     )
 
     sub = "__idivm_fold"
@@ -407,22 +512,62 @@ def fold_query(table: Table, log: exp.Expr, since: int, upto: int) -> exp.Select
     )
 
 
+def log_ref(schema: str, table_name: str) -> exp.Table:
+    """The log of ``table_name`` as a sqlglot table reference."""
+    return exp.Table(this=_ident(log_table_name(table_name)),
+                     db=_ident(companion_schema(schema)))
+
+
 def fold_into_temp(
     conn: psycopg.Connection, schema: str, table: Table, view: str, target: str
-) -> tuple[int, int]:
-    """Materialize ``view``'s pending effective changes of ``table`` into temp table ``target``.
-
-    Returns ``(since, upto)``; the caller sets the watermark to ``upto`` in the same transaction.
-    The log is locked against writers until that transaction ends.
-    """
-    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-        raise BackendError("fold_into_temp must run inside a transaction (ON COMMIT DROP)")
-    _lock_log(conn, schema, table.name)
-    since = watermark(conn, schema, table.name, view)
-    upto = max_seq(conn, schema, table.name)
-    log = exp.Table(this=_ident(log_table_name(table.name)), db=_ident(companion_schema(schema)))
-    select = fold_query(table, log, since, upto).sql("postgres")
+) -> int:
+    """Materialize ``view``'s pending effective changes of ``table`` (the log rows this
+    transaction's snapshot sees and the view's watermark does not) into temp table ``target``;
+    returns the number of keys. Used by tests and tools; maintenance runs compiled code."""
+    prev = snapshot_literal(watermark(conn, schema, table.name, view))
+    select = fold_select(table, log_ref(schema, table.name), pending_predicate(prev))
     conn.execute(f"DROP TABLE IF EXISTS pg_temp.{q(target)}")
-    # sqlglot cannot render ON COMMIT DROP, hence the string around the rendered query.
-    conn.execute(f"CREATE TEMP TABLE {q(target)} ON COMMIT DROP AS {select}")
-    return since, upto
+    conn.execute(f"CREATE TEMP TABLE {q(target)} AS {select.sql('postgres')}")
+    row = conn.execute(f"SELECT count(*) FROM pg_temp.{q(target)}").fetchone()
+    return int(row[0]) if row else 0
+
+
+# --------------------------------------------------------------------------- DDL guard
+
+def _guard_body() -> str:
+    text = (Path(__file__).parent / "guard.sql").read_text()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    for key, value in (("first", lit(TRIGGERS[0])),
+                       ("triggers", ", ".join(lit(t) for t in TRIGGERS)),
+                       ("reserved", ", ".join(lit(c) for c in RESERVED))):
+        body = body.replace(f"%({key})s", value)
+    return body
+
+
+def install_guard(conn: psycopg.Connection) -> bool:
+    """Install the database-wide DDL guard (an event trigger at ``ddl_command_end``); returns
+    False when the role may not create event triggers (superusers only) — maintenance still
+    detects the change then, by the catalog fingerprint its compiled code checks."""
+    body = _guard_body()
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
+            current = conn.execute(
+                "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = %s AND p.proname = %s", (GUARD_SCHEMA, GUARD_FUNCTION)
+            ).fetchone()
+            if current is None or current[0] != body:
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(GUARD_SCHEMA)}")
+                conn.execute(
+                    f"CREATE OR REPLACE FUNCTION {_qualified(GUARD_SCHEMA, GUARD_FUNCTION)}() "
+                    f"RETURNS event_trigger LANGUAGE plpgsql AS {dollar_quote(body)}")
+            row = conn.execute("SELECT 1 FROM pg_event_trigger WHERE evtname = %s",
+                               (GUARD_TRIGGER,)).fetchone()
+            if row is None:
+                conn.execute(
+                    f"CREATE EVENT TRIGGER {q(GUARD_TRIGGER)} ON ddl_command_end "
+                    "WHEN TAG IN ('ALTER TABLE') "
+                    f"EXECUTE FUNCTION {_qualified(GUARD_SCHEMA, GUARD_FUNCTION)}()")
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True

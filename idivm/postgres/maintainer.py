@@ -9,6 +9,7 @@ names resolve.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -21,10 +22,10 @@ from sqlglot import exp
 from idivm.catalog import Catalog
 from idivm.errors import BackendError, IdivmError, MaintenanceError
 from idivm.plan import Plan, plan
-from idivm.planner.model import Strategy, change_table
-from idivm.planner.prune import prune_empty
+from idivm.planner.model import MAX_IDENT, Strategy
 from idivm.postgres import changelog
-from idivm.script import Apply, Compute, Statement, to_sql
+from idivm.postgres import compile as compile_
+from idivm.script import Apply
 
 REGISTRY = "views"
 
@@ -55,19 +56,27 @@ class MaintenanceStats:
 
 
 class PostgresMaintainer:
-    """Deferred ID-based maintenance of materialized views on one PostgreSQL schema."""
+    """Deferred ID-based maintenance of materialized views on one PostgreSQL schema.
+
+    ``create_view`` compiles the view's Δ-script once into server-side code (the function
+    ``"<schema>__idivm".maintain__<n>()``) and ``maintain`` is then one ``CALL
+    "<schema>__idivm".maintain('<view>')`` — which a user can also run from psql or a
+    scheduler inside the database. No base table is locked: a maintain consumes exactly the
+    logged changes of the transactions its REPEATABLE READ snapshot sees.
+    """
 
     def __init__(self, dsn: str, schema: str | None = None) -> None:
         self.dsn = dsn
         try:
-            self.conn = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
+            # autocommit: every unit of work opens its own transaction, and the maintain
+            # procedure manages its transactions itself
+            self.conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
         except psycopg.Error as e:
             raise BackendError(f"cannot connect to PostgreSQL with DSN {_redact(dsn)!r}: "
                                f"{str(e).strip()}") from e
         if schema is None:
             row = self.conn.execute("SELECT current_schema()").fetchone()
             schema = str(row[0]) if row and row[0] else "public"
-        self.conn.rollback()
         self.schema = schema
         self.companion = changelog.companion_schema(schema)
         self._plans: dict[str, Plan] = {}
@@ -92,82 +101,131 @@ class PostgresMaintainer:
     def _registry(self) -> None:
         self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.companion)}")
         self.conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {qq(self.companion, REGISTRY)} (name text PRIMARY KEY,"
-            " sql text NOT NULL, changes jsonb, created timestamptz NOT NULL DEFAULT now(),"
-            " last_maintained timestamptz, runs bigint NOT NULL DEFAULT 0)")
-        # registries made before strategies existed hold ID-based views
-        self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS"
-                          " strategy text NOT NULL DEFAULT 'id'")
+            f"CREATE TABLE IF NOT EXISTS {qq(self.companion, REGISTRY)} ("
+            "name text PRIMARY KEY, sql text NOT NULL, changes jsonb, "
+            "strategy text NOT NULL DEFAULT 'id', catalog text NOT NULL, "
+            "tables text[] NOT NULL, relations text[] NOT NULL, "
+            "function text NOT NULL, prune_function text NOT NULL, "
+            "format_version int NOT NULL, fingerprints jsonb NOT NULL, "
+            "created timestamptz NOT NULL DEFAULT now(), last_maintained timestamptz, "
+            "runs bigint NOT NULL DEFAULT 0)")
+        self.conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {qq(self.companion, 'compiled')}")
+        for stmt in compile_.runtime_source(self.schema, self.companion):
+            self.conn.execute(stmt)
 
-    def _entry(self, name: str) -> tuple[str, dict[str, list[str]] | None, Strategy]:
+    def _entry(self, name: str) -> dict[str, Any]:
         row = None
         exists = self.conn.execute("SELECT to_regclass(%s)", (qq(self.companion, REGISTRY),)
                                    ).fetchone()
         if exists and exists[0]:
-            strategy = "strategy" if self._has_strategy() else "'id'"
-            row = self.conn.execute(
-                f"SELECT sql, changes, {strategy} FROM {qq(self.companion, REGISTRY)} "
-                "WHERE name = %s", (name,)).fetchone()
-        if row is None:
-            raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}")
-        return str(row[0]), row[1], row[2]
-
-    def _has_strategy(self) -> bool:
-        row = self.conn.execute(
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
-            "table_name = %s AND column_name = 'strategy'", (self.companion, REGISTRY)).fetchone()
-        return row is not None
+            cur = self.conn.execute(
+                f"SELECT sql, changes, strategy, catalog, tables, relations, function, "
+                f"prune_function, fingerprints FROM {qq(self.companion, REGISTRY)} "
+                "WHERE name = %s", (name,))
+            row = cur.fetchone()
+            if row is not None and cur.description is not None:
+                return dict(zip([d.name for d in cur.description], row, strict=True))
+        raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}")
 
     def plan_of(self, name: str) -> Plan:
+        """The view's plan, from what was stored when it was created (not from the tables as
+        they are now: a column added since changes nothing)."""
         if name not in self._plans:
-            # its own transaction: a bare read would leave one open, and later work would run
-            # in a savepoint of it and be rolled back at close
-            with self.conn.transaction():
-                sql, changes, strategy = self._entry(name)
-            self._plans[name] = plan(sql, self.catalog(), name=name, changes=changes,
-                                     strategy=strategy)
+            e = self._entry(name)
+            self._plans[name] = plan(e["sql"], Catalog.from_ddl(e["catalog"]), name=name,
+                                     changes=e["changes"], strategy=e["strategy"])
         return self._plans[name]
 
     # -- API ---------------------------------------------------------------------------------
     def create_view(self, name: str, view_sql: str,
                     changes: Mapping[str, Sequence[str]] | None = None,
                     catalog: Catalog | None = None, strategy: Strategy = "id") -> Plan:
-        """Materialize the view and its caches and start logging its base tables.
-        ``strategy``: ``id`` (ID-based, the default), ``tuple`` (tuple-based t-diffs, the
-        baseline) or ``recompute``.
+        """Materialize the view and its caches, start logging its base tables and install its
+        compiled Δ-script. ``strategy``: ``id`` (ID-based, the default), ``tuple``
+        (tuple-based t-diffs, the baseline) or ``recompute``.
 
-        Unsupported SQL raises before anything is created; any failure rolls back.
+        Unsupported SQL raises before anything is created; any failure rolls back. Writers
+        are held up only while the logging triggers are installed, not while the view is
+        computed.
         """
-        p = plan(view_sql, catalog or self.catalog(), name=name, changes=changes,
-                 strategy=strategy)
+        if len(name.encode()) > MAX_IDENT:
+            raise BackendError(f"view name {name!r} is longer than PostgreSQL's "
+                               f"{MAX_IDENT}-byte identifiers")
+        full = catalog or self.catalog()
+        p = plan(view_sql, full, name=name, changes=changes, strategy=strategy)
+        # plan again over just the columns the view reads: the log holds those, and DDL on
+        # the others is absorbed
+        read = read_catalog(p)
+        p = plan(view_sql, read, name=name, changes=changes, strategy=strategy)
         try:
+            # 1. logging (a short transaction: trigger DDL waits for in-flight writers)
             with self.conn.transaction():
+                changelog.lock_companion(self.conn, self.schema)
                 self._registry()
                 taken = self.conn.execute("SELECT to_regclass(%s)", (qq(self.schema, name),)
                                           ).fetchone()
                 if taken and taken[0]:
                     raise BackendError(f"{self.schema}.{name} already exists")
+                for t in p.tables:
+                    changelog.install(self.conn, self.schema, read.table(t), name,
+                                      read.table(t).column_names)
+            changelog.install_guard(self.conn)
+        except psycopg.Error as e:
+            raise BackendError(f"create_view {name!r} failed and was rolled back: "
+                               f"{str(e).strip()}") from e
+        try:
+            # 2. the view, in one snapshot: it holds exactly the changes committed before it,
+            # and the watermark says so
+            with self.conn.transaction():
+                self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 self._search_path()
-                for t in p.tables:
-                    self.conn.execute(f"LOCK TABLE {qq(self.schema, t)} IN SHARE MODE")
                 for m, query in p.materialize_queries():
-                    self.conn.execute(f"CREATE TABLE {qq(self.companion, m.name)} AS "
-                                      f"{query.sql('postgres')}")
+                    # fillfactor: room for HOT updates of the columns APPLYs set
+                    self.conn.execute(f"CREATE TABLE {qq(self.companion, m.name)} WITH "
+                                      f"(fillfactor = 90) AS {query.sql('postgres')}")
                     self._indexes(p, m.name, m.key, m.nullable)
-                for t in p.tables:
-                    changelog.install(self.conn, self.schema, p.catalog.table(t), name)
+                    self.conn.execute(f"ANALYZE {qq(self.companion, m.name)}")
                 cols = ", ".join(q(c) for c in p.columns)
                 self.conn.execute(f"CREATE VIEW {qq(self.schema, name)} AS SELECT {cols} FROM "
                                   f"{qq(self.companion, p.store.name)}")
+                fingerprints = {t: self._fingerprint(t, read.table(t).column_names)
+                                for t in p.tables}
+                compiled = self._install_code(p, read, fingerprints)
                 self.conn.execute(
-                    f"INSERT INTO {qq(self.companion, REGISTRY)} (name, sql, changes, strategy)"
-                    " VALUES (%s, %s, %s, %s)",
-                    (name, view_sql, json.dumps(dict(changes)) if changes else None, strategy))
-        except psycopg.Error as e:
+                    f"INSERT INTO {qq(self.companion, REGISTRY)} (name, sql, changes, strategy, "
+                    "catalog, tables, relations, function, prune_function, format_version, "
+                    "fingerprints) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (name, view_sql, json.dumps(dict(changes)) if changes else None, strategy,
+                     ";\n".join(read.ddl()), list(p.tables), [m.name for m in p.materialized],
+                     compiled.function, compiled.prune_function, compile_.FORMAT_VERSION,
+                     json.dumps(fingerprints)))
+                changelog.advance(self.conn, self.schema, name)
+        except (psycopg.Error, IdivmError) as e:
+            self._uninstall(name, p.tables)
+            if isinstance(e, IdivmError):
+                raise
             raise BackendError(f"create_view {name!r} failed and was rolled back: "
                                f"{str(e).strip()}") from e
         self._plans[name] = p
         return p
+
+    def _fingerprint(self, table: str, columns: Sequence[str]) -> str:
+        row = self.conn.execute(f"SELECT {qq(self.companion, 'table_fingerprint')}(%s, %s)",
+                                (qq(self.schema, table), list(columns))).fetchone()
+        return str(row[0]) if row else ""
+
+    def _install_code(self, p: Plan, read: Catalog, fingerprints: Mapping[str, str]
+                      ) -> compile_.Compiled:
+        row = self.conn.execute(f"SELECT nextval('{qq(self.companion, 'compiled')}')"
+                                ).fetchone()
+        gen = int(row[0]) if row else 0
+        types = {t: changelog.column_types(self.conn, self.schema, t) for t in p.tables}
+        compiled = compile_.compile_view(p, self.schema, self.companion, gen,
+                                         {t: read.table(t) for t in p.tables}, fingerprints,
+                                         types)
+        for stmt in compiled.source:
+            self.conn.execute(stmt)
+        return compiled
 
     def _indexes(self, p: Plan, table: str, key: Sequence[str], nullable: frozenset[str]
                  ) -> None:
@@ -185,162 +243,142 @@ class PostgresMaintainer:
                                   f"({', '.join(q(k) for k in s.ids)})")
 
     def maintain(self, name: str) -> MaintenanceStats:
-        """Fold the log since this view's last run into effective i-diffs, run the Δ-script in
-        one transaction, and move the watermark. A failure rolls everything back."""
-        p = self.plan_of(name)
-        stats = MaintenanceStats(name)
+        """Run the view's compiled Δ-script over the changes committed since its last run:
+        one ``CALL``, one REPEATABLE READ transaction; a failure rolls everything back."""
         start = time.perf_counter()
+        stats = self._call(name, retry=True)
+        out = MaintenanceStats(
+            name, {k: int(v) for k, v in stats["changes"].items()},
+            {k: int(v) for k, v in stats["idiff_rows"].items()},
+            {k: int(v) for k, v in stats["applied_rows"].items()},
+            [(str(k), float(v)) for k, v in stats["statement_seconds"]])
+        out.seconds = time.perf_counter() - start
+        return out
+
+    def _call(self, name: str, retry: bool) -> dict[str, Any]:
+        call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s)"
         try:
-            with self.conn.transaction():
-                self._search_path()
-                # Δ-script statements run once each over small i-diffs; a JIT compile of their
-                # plan (triggered by cost estimates over unanalyzed temp tables) takes seconds
-                self.conn.execute("SET LOCAL jit = off")
-                for t in p.tables:
-                    self.conn.execute(f"LOCK TABLE {qq(self.schema, t)} IN SHARE MODE")
-                marks = {}
-                for t in p.tables:
-                    table = p.catalog.table(t)
-                    _, upto = changelog.fold_into_temp(self.conn, self.schema, table, name,
-                                                       change_table(t))
-                    marks[t] = upto
-                    row = self.conn.execute(f"SELECT count(*) FROM {q(change_table(t))}"
-                                            ).fetchone()
-                    stats.changes[t] = int(row[0]) if row else 0
-                self._check_declared(p, stats)
-                # no effective change: every i-diff is empty, and a recomputation is moot
-                live = p.statements if any(stats.changes.values()) else ()
-                created = self._run_script(live, stats)
-                if created:  # one statement for all: each is a round trip
-                    self.conn.execute("DROP TABLE IF EXISTS " + ", ".join(
-                        f"pg_temp.{q(n)}" for n in created))
-                for t, upto in marks.items():
-                    changelog.set_watermark(self.conn, self.schema, t, name, upto)
-                    changelog.prune(self.conn, self.schema, t)
-                self.conn.execute(
-                    f"UPDATE {qq(self.companion, REGISTRY)} SET last_maintained = now(), "
-                    "runs = runs + 1 WHERE name = %s", (name,))
+            row = self.conn.execute(call, (name, compile_.FORMAT_VERSION)).fetchone()
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as e:
+            raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}") from e
         except psycopg.Error as e:
+            msg = (e.diag.message_primary or str(e)).strip()
+            state = e.sqlstate
+            if state == compile_.STALE_CODE and retry:
+                self._recompile(name)
+                return self._call(name, retry=False)
+            if state == compile_.NO_VIEW:
+                raise BackendError(msg.removeprefix("idivm: ")) from e
+            if state == compile_.UNDECLARED_CHANGE:
+                raise IdivmError(msg) from e
+            if state == compile_.SCHEMA_CHANGED:
+                hint = e.diag.message_hint or ""
+                raise MaintenanceError(f"maintenance of {name!r} refused: "
+                                       f"{msg.removeprefix('idivm: ')}; {hint}") from e
             raise MaintenanceError(f"maintenance of {name!r} failed and was rolled back "
                                    f"(re-run it): {str(e).strip()}") from e
-        stats.seconds = time.perf_counter() - start
-        return stats
+        if row is None or row[0] is None:
+            raise MaintenanceError(f"maintenance of {name!r} returned no statistics")
+        return dict(row[0])
 
-    def _run_script(self, statements: Sequence[Statement], stats: MaintenanceStats
-                    ) -> list[str]:
-        """Run the Δ-script, skipping work that empty i-diffs make moot: a rule whose input
-        i-diffs are all empty yields none (its relation is only created, empty and unexecuted,
-        if a later statement still reads it), an APPLY of an empty i-diff changes nothing, and
-        EXISTS tests over empty i-diffs are pruned from the other statements (so a snapshot is
-        driven by the i-diffs that hold rows, and can use the indexes on their IDs). Returns
-        the temporary relations created."""
-        empty = {change_table(t) for t, n in stats.changes.items() if n == 0}
-        computed = {change_table(t) for t in stats.changes}
-        skipped: dict[str, Compute] = {}
-        created: list[str] = []
-
-        def ensure(query: exp.Expr) -> None:
-            """Create the skipped relations ``query`` reads (empty), theirs first."""
-            for tb in query.find_all(exp.Table):
-                skip = skipped.pop(tb.name, None)
-                if skip is not None:
-                    ensure(skip.query)
-                    self.conn.execute(to_sql(skip, "postgres") + " WITH NO DATA")
-                    created.append(skip.name)
-
-        for s in statements:
-            t0 = time.perf_counter()
-            if isinstance(s, Compute):
-                inputs = [tb.name for tb in s.query.find_all(exp.Table) if tb.name in computed]
-                computed.add(s.name)
-                if inputs and all(r in empty for r in inputs):
-                    skipped[s.name] = s
-                    empty.add(s.name)
-                    stats.idiff_rows[s.name] = 0
-                    continue
-                run = Compute(s.name, prune_empty(s.query, empty), s.comment, s.phase)
-                ensure(run.query)
-                cur = self.conn.execute(to_sql(run, "postgres"))
-                created.append(s.name)
-                stats.idiff_rows[s.name] = cur.rowcount
-                if cur.rowcount == 0:
-                    empty.add(s.name)
-                stats.statement_seconds.append((s.name, time.perf_counter() - t0))
-                continue
-            key = f"{s.kind} {s.diff}→{s.target}"
-            if s.diff in empty and s.kind != "replace":  # an empty replace empties the view
-                stats.applied_rows[key] = 0
-                continue
-            cur = self.conn.execute(to_sql(s, "postgres"))
-            stats.applied_rows[key] = cur.rowcount
-            stats.statement_seconds.append((key, time.perf_counter() - t0))
-        return created
-
-    def _check_declared(self, p: Plan, stats: MaintenanceStats) -> None:
-        """Changes outside the plan's declared modification types would be silently lost."""
-        for t, n in stats.changes.items():
-            checks = p.undeclared_changes(t) if n else []
-            if not checks:
-                continue
-            q = exp.select(*[exp.alias_(exp.Sum(this=exp.Case(
-                ifs=[exp.If(this=pred, true=exp.Literal.number(1))],
-                default=exp.Literal.number(0))), f"c{i}") for i, (_, pred) in enumerate(checks)]
-            ).from_(exp.table_(exp.to_identifier(change_table(t), quoted=True)))
-            row = self.conn.execute(q.sql("postgres")).fetchone()
-            for (what, _), count in zip(checks, row or (), strict=False):
-                if count:
-                    raise IdivmError(f"{count} {what}(s) on {t}, but the view {p.name} was "
-                                     "planned without them (changes=...)")
+    def _recompile(self, name: str) -> None:
+        """Re-render a view compiled by another idivm version (same plan inputs, same
+        fingerprints: a table altered since is still refused)."""
+        e = self._entry(name)
+        p = self.plan_of(name)
+        read = Catalog.from_ddl(e["catalog"])
+        with self.conn.transaction():
+            changelog.lock_companion(self.conn, self.schema)
+            self._registry()
+            compiled = self._install_code(p, read, e["fingerprints"])
+            self.conn.execute(
+                f"UPDATE {qq(self.companion, REGISTRY)} SET function = %s, prune_function = %s,"
+                " format_version = %s WHERE name = %s",
+                (compiled.function, compiled.prune_function, compile_.FORMAT_VERSION, name))
+            for fn in {e["function"], e["prune_function"]} - {compiled.function,
+                                                              compiled.prune_function}:
+                self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}()")
 
     def drop_view(self, name: str) -> None:
-        """Remove the view, its stored table, caches, logging and registry entry."""
-        p = self.plan_of(name)
+        """Remove the view, its stored table, caches, code, logging and registry entry (from
+        what the registry recorded: no planning, so it works whatever became of the tables)."""
+        e = self._entry(name)
         try:
             with self.conn.transaction():
                 self.conn.execute(f"DROP VIEW IF EXISTS {qq(self.schema, name)}")
-                for m in p.materialized:
-                    self.conn.execute(f"DROP TABLE IF EXISTS {qq(self.companion, m.name)}")
-                for t in p.tables:
-                    changelog.uninstall(self.conn, self.schema, t, name)
+                for rel in e["relations"]:
+                    self.conn.execute(f"DROP TABLE IF EXISTS {qq(self.companion, rel)}")
+                for fn in (e["function"], e["prune_function"]):
+                    self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}()")
                 self.conn.execute(f"DELETE FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
                                   (name,))
-                left = self.conn.execute(f"SELECT count(*) FROM {qq(self.companion, REGISTRY)}"
-                                         ).fetchone()
-                if left is not None and left[0] == 0:  # the last view: nothing of ours remains
-                    self.conn.execute(f"DROP SCHEMA {q(self.companion)} CASCADE")
-        except psycopg.Error as e:
-            raise BackendError(f"drop_view {name!r} failed: {str(e).strip()}") from e
+                for t in e["tables"]:
+                    changelog.uninstall(self.conn, self.schema, t, name)
+                self._drop_companion_if_unused()
+        except psycopg.Error as e2:
+            raise BackendError(f"drop_view {name!r} failed: {str(e2).strip()}") from e2
         self._plans.pop(name, None)
+
+    def _uninstall(self, name: str, tables: Sequence[str]) -> None:
+        """Undo the logging a failed create_view installed."""
+        with self.conn.transaction():
+            for t in tables:
+                changelog.uninstall(self.conn, self.schema, t, name)
+            self._drop_companion_if_unused()
+
+    def _drop_companion_if_unused(self) -> None:
+        left = self.conn.execute(
+            f"SELECT (SELECT count(*) FROM {qq(self.companion, REGISTRY)}) + "
+            f"(SELECT count(*) FROM {qq(self.companion, 'log_users')})").fetchone() \
+            if self._has(REGISTRY) and self._has("log_users") else (0,)
+        if left is not None and left[0] == 0:  # the last view: nothing of ours remains
+            self.conn.execute(f"DROP SCHEMA IF EXISTS {q(self.companion)} CASCADE")
+
+    def _has(self, rel: str) -> bool:
+        row = self.conn.execute("SELECT to_regclass(%s)", (qq(self.companion, rel),)).fetchone()
+        return bool(row and row[0])
 
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
         """Registered views, when they were last maintained and how many changes wait."""
         with self.conn.transaction():
-            exists = self.conn.execute("SELECT to_regclass(%s)", (qq(self.companion, REGISTRY),)
-                                       ).fetchone()
-            if not exists or not exists[0]:
+            if not self._has(REGISTRY):
                 return []
             rows = self.conn.execute(
-                f"SELECT name, created, last_maintained, runs FROM "
+                f"SELECT name, created, last_maintained, runs, tables, strategy FROM "
                 f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
             out = []
-            for vname, created, last, runs in rows:
+            for vname, created, last, runs, tables, strategy in rows:
                 if name is not None and vname != name:
                     continue
-                p = self.plan_of(vname)
-                pending = {t: self._pending(t, vname) for t in p.tables}
+                pending = {t: self._pending(t, vname) for t in tables}
                 out.append({"view": vname, "created": str(created), "last_maintained":
-                            str(last) if last else None, "runs": runs,
+                            str(last) if last else None, "runs": runs, "strategy": strategy,
                             "pending_log_rows": pending})
         return out
 
-
     def _pending(self, table: str, view: str) -> int:
         """Logged changes of ``table`` that ``view`` has not consumed yet."""
-        mark = changelog.watermark(self.conn, self.schema, table, view)
-        row = self.conn.execute(
-            f"SELECT count(*) FROM {qq(self.companion, changelog.log_table_name(table))} "
-            f"WHERE {q('__seq')} > %s", (mark,)).fetchone()
+        mark = changelog.snapshot_literal(changelog.watermark(self.conn, self.schema, table,
+                                                              view))
+        query = exp.select(exp.Count(this=exp.Star())).from_(
+            changelog.log_ref(self.schema, table)).where(changelog.pending_predicate(mark))
+        row = self.conn.execute(query.sql("postgres")).fetchone()
         return int(row[0]) if row else 0
+
+
+def read_catalog(p: Plan) -> Catalog:
+    """The catalog restricted to what the view reads: per table its key and the columns the
+    view uses (foreign keys whose columns all stay)."""
+    tables = []
+    for t in p.tables:
+        table = p.catalog.table(t)
+        keep = {*table.primary_key, *(c for c in table.column_names if p.uses(t, c))}
+        cols = tuple(c for c in table.columns if c.name in keep)
+        fks = tuple(fk for fk in table.foreign_keys
+                    if set(fk.columns) <= keep and fk.ref_table in p.tables and
+                    set(fk.ref_columns) <= {*p.catalog.table(fk.ref_table).primary_key})
+        tables.append(dataclasses.replace(table, columns=cols, foreign_keys=fks))
+    return Catalog.of(tables)
 
 
 def _as_url(dsn: str) -> str:

@@ -1,0 +1,469 @@
+"""Compile a Δ-script once into PL/pgSQL: the per-view maintenance function.
+
+A pure pass (``Plan`` → source text); the backend installs the result. Maintenance is then one
+``CALL`` with no statement rendering: PostgreSQL plans the function's statements and caches the
+plans per session.
+
+The rewrites, each a small function over the script, applied in order:
+
+1. ``split_snapshot_or`` — a snapshot ``WHERE EXISTS(Δ1 …) OR EXISTS(Δ2 …)`` becomes a UNION of
+   one semi-join per i-diff, so each branch is driven by its (small) i-diff through the stored
+   relation's ID index instead of a scan of the whole cache;
+2. ``rename_temporaries`` — i-diffs, snapshots and folded change tables get per-compilation
+   names (temporary tables live per session and are shared by every view maintained in it);
+3. ``inline_single_use`` — a relation read by one later statement becomes a CTE of that
+   statement (PostgreSQL inlines it), unless an APPLY between them changes what it reads.
+
+What stays a temporary table is filled once per run; its row count decides at run time whether
+the statements reading it run at all (an i-diff that is empty yields nothing), and ANALYZE gives
+the planner its true size, so plans follow the batch: a few changed keys are index probes on the
+stored relations' ID indexes, a large batch a hash join.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from idivm.catalog import Table
+from idivm.plan import Plan
+from idivm.planner.model import change_table
+from idivm.postgres.changelog import (
+    HAS_POST,
+    HAS_PRE,
+    LOCK_CLASS,
+    XID,
+    dollar_quote,
+    fold_select,
+    lit,
+    log_ref,
+    pending_predicate,
+    prune_statement,
+    q,
+)
+from idivm.script import Apply, Compute, Statement, render
+
+FORMAT_VERSION = 2  # bump when the compiled code's shape changes: installed views recompile
+
+# SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
+SCHEMA_CHANGED = "IV001"
+UNDECLARED_CHANGE = "IV002"
+NO_VIEW = "IV003"
+STALE_CODE = "IV004"
+NOT_REPEATABLE_READ = "IV005"
+
+PREV = "idivm__prev"  # the view's watermark (a pg_snapshot) inside the function
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A temporary relation of the compiled code: a folded change table or a Compute."""
+
+    name: str  # the session-level temporary table
+    label: str  # the name the Δ-script and the statistics use
+    counter: str  # the PL/pgSQL variable holding its row count this run
+
+
+@dataclass(frozen=True)
+class Compiled:
+    function: str
+    prune_function: str
+    source: tuple[str, ...]  # CREATE OR REPLACE FUNCTION statements
+
+
+# --------------------------------------------------------------------------- script rewrites
+
+
+def _disjuncts(e: exp.Expr) -> list[exp.Expr]:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Or):
+        return _disjuncts(e.left) + _disjuncts(e.right)
+    return [e]
+
+
+def split_snapshot_or(statements: Sequence[Statement]) -> list[Statement]:
+    """Snapshots over several i-diffs as a UNION of per-i-diff semi-joins (rows of a stored
+    relation are unique, so UNION's duplicate elimination changes nothing)."""
+    out: list[Statement] = []
+    for s in statements:
+        where = s.query.args.get("where") if isinstance(s, Compute) else None
+        if isinstance(s, Compute) and s.phase == "snapshot" and where is not None:
+            parts = _disjuncts(where.this)
+            if len(parts) > 1 and all(isinstance(p, exp.Exists) for p in parts):
+                branches = []
+                for p in parts:
+                    b = s.query.copy()
+                    b.set("where", exp.Where(this=p.copy()))
+                    branches.append(b)
+                union: exp.Expr = branches[0]
+                for b in branches[1:]:
+                    union = exp.union(union, b, distinct=True)
+                s = dataclasses.replace(s, query=union)
+        out.append(s)
+    return out
+
+
+def _rename_tables(e: exp.Expr, names: Mapping[str, str]) -> exp.Expr:
+    def rw(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Table) and not node.args.get("db") and node.name in names:
+            new = node.copy()
+            new.set("this", exp.to_identifier(names[node.name], quoted=True))
+            return new
+        return node
+
+    return e.transform(rw)
+
+
+def rename_temporaries(statements: Sequence[Statement], names: Mapping[str, str]
+                       ) -> list[Statement]:
+    out: list[Statement] = []
+    for s in statements:
+        if isinstance(s, Compute):
+            out.append(dataclasses.replace(s, name=names.get(s.name, s.name),
+                                           query=_rename_tables(s.query, names)))
+        else:
+            out.append(dataclasses.replace(s, diff=names.get(s.diff, s.diff)))
+    return out
+
+
+def reads(s: Statement) -> set[str]:
+    """Relations a statement reads (inlined CTE bodies included)."""
+    if isinstance(s, Apply):
+        return {s.diff}
+    return {tb.name for tb in s.query.find_all(exp.Table)}
+
+
+@dataclass(frozen=True)
+class Inlined:
+    """A statement with the relations inlined into it as CTEs (in dependency order)."""
+
+    statement: Statement
+    ctes: tuple[tuple[str, exp.Expr], ...] = ()
+
+    def reads(self) -> set[str]:
+        out = reads(self.statement) if isinstance(self.statement, Apply) else set()
+        if isinstance(self.statement, Compute):
+            out |= {tb.name for tb in self.statement.query.find_all(exp.Table)}
+        for _, q_ in self.ctes:
+            out |= {tb.name for tb in q_.find_all(exp.Table)}
+        return out - {n for n, _ in self.ctes}
+
+
+def inline_single_use(statements: Sequence[Statement], keep: frozenset[str]) -> list[Inlined]:
+    """Computes read by exactly one later statement become CTEs of it, when no APPLY in between
+    changes a relation they read (``keep``: relations that stay materialized whatever)."""
+    items = [Inlined(s) for s in statements]
+    i = 0
+    while i < len(items):
+        s = items[i].statement
+        if isinstance(s, Compute) and s.name not in keep:
+            readers = [j for j in range(i + 1, len(items)) if s.name in items[j].reads()]
+            if len(readers) == 1:
+                r = readers[0]
+                mine = items[i].reads()
+                between = [x.statement for x in items[i + 1:r]]
+                if not any(isinstance(b, Apply) and b.target in mine for b in between):
+                    target = items[r]
+                    items[r] = Inlined(target.statement,
+                                       (*items[i].ctes, (s.name, s.query), *target.ctes))
+                    del items[i]
+                    continue
+        i += 1
+    return items
+
+
+# --------------------------------------------------------------------------- code generation
+
+
+def _with(ctes: Sequence[tuple[str, exp.Expr]]) -> exp.With | None:
+    if not ctes:
+        return None
+    return exp.With(expressions=[
+        exp.CTE(this=q_.copy(), alias=exp.TableAlias(this=exp.to_identifier(n, quoted=True)))
+        for n, q_ in ctes])
+
+
+def _statement_sql(item: Inlined) -> str:
+    s = item.statement
+    w = _with(item.ctes)
+    if isinstance(s, Compute):
+        query = s.query.copy()
+        if w is not None:
+            query.set("with_", w)
+        return exp.insert(query, exp.table_(exp.to_identifier(s.name, quoted=True))).sql("postgres")
+    tree = render(s, "postgres")
+    if w is not None:
+        if isinstance(tree, exp.Insert):
+            tree.expression.set("with_", w)
+        else:
+            tree.set("with_", w)
+    text = tree.sql("postgres")
+    if s.kind == "replace":  # PostgreSQL has no INSERT OVERWRITE: empty the table first
+        text = f"{exp.delete(exp.to_identifier(s.target, quoted=True)).sql('postgres')};\n" \
+               f"    {text}"
+    return text
+
+
+def _indent(text: str, n: int) -> str:
+    pad = " " * n
+    return "\n".join(pad + line if line else line for line in text.splitlines())
+
+
+def _comment(text: str) -> str:
+    return "\n".join(f"-- {line.strip()}" for line in text.splitlines() if line.strip())
+
+
+def _analyze(r: Relation) -> str:
+    """Statistics for a filled temporary table when its size moved by more than 4× from what
+    the planner last saw: plans follow the batch, and a run like the last one keeps the
+    session's cached plans (an ANALYZE invalidates them)."""
+    seen = (f"(SELECT c.reltuples FROM pg_class c WHERE c.oid = "
+            f"{lit('pg_temp.' + q(r.name))}::regclass)")
+    return (f"IF {r.counter} > 0 AND coalesce({seen} NOT BETWEEN {r.counter} / 4.0 AND "
+            f"{r.counter} * 4.0, true) THEN\n  ANALYZE {q(r.name)};\nEND IF;")
+
+
+def compile_view(plan: Plan, schema: str, companion: str, gen: int,
+                 tables: Mapping[str, Table], fingerprints: Mapping[str, str],
+                 column_types: Mapping[str, Mapping[str, str]]) -> Compiled:
+    """The view's maintenance and prune functions. ``tables``: each base table as the view
+    reads it (key and read columns); ``fingerprints``: what ``table_fingerprint`` returned for
+    each at creation; ``column_types``: server type names of those columns."""
+    name = plan.name
+    prefix = f"__iv{gen}_"
+    function, prune_function = f"maintain__{gen}", f"prune__{gen}"
+    base = sorted(tables)
+
+    names: dict[str, str] = {}
+    rels: dict[str, Relation] = {}
+    for i, t in enumerate(base):
+        names[change_table(t)] = f"{prefix}c{i}"
+        rels[names[change_table(t)]] = Relation(names[change_table(t)], t, f"idivm__c{i}")
+    for k, s in enumerate(plan.statements):
+        if isinstance(s, Compute):
+            names[s.name] = f"{prefix}t{k}"
+
+    labels = {v: k for k, v in names.items()}
+    statements = rename_temporaries(split_snapshot_or(plan.statements), names)
+    items = inline_single_use(statements, frozenset())
+    for k, it in enumerate(items):
+        s = it.statement
+        if isinstance(s, Compute):
+            rels[s.name] = Relation(s.name, labels[s.name], f"idivm__n{k}")
+
+    decl = [f"{PREV} pg_snapshot;", "idivm__t0 timestamptz := clock_timestamp();",
+            "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__fp text;",
+            "idivm__total bigint := 0;",
+            "idivm__changes jsonb := '{}';", "idivm__rows jsonb := '{}';",
+            "idivm__applied jsonb := '{}';", "idivm__secs jsonb := '[]';"]
+    decl += [f"{r.counter} bigint := 0;" for r in rels.values()]
+
+    body: list[str] = []
+    body.append(
+        "IF current_setting('transaction_isolation') <> 'repeatable read' THEN\n"
+        f"  RAISE EXCEPTION 'idivm: maintenance of view % must run in a REPEATABLE READ "
+        f"transaction (CALL {companion}.maintain(...) sets it up)', {lit(name)}\n"
+        f"    USING ERRCODE = '{NOT_REPEATABLE_READ}';\nEND IF;")
+    # the base tables must still be what the view was planned over
+    for t in base:
+        cols = ", ".join(lit(c) for c in tables[t].column_names)
+        body.append(
+            f"idivm__fp := {q(companion)}.table_fingerprint({lit(f'{q(schema)}.{q(t)}')}, "
+            f"ARRAY[{cols}]::text[]);\n"
+            f"IF idivm__fp IS DISTINCT FROM {lit(fingerprints[t])} THEN\n"
+            f"  RAISE EXCEPTION 'idivm: table %.% was altered, dropped or re-created, or its "
+            f"change logging was disabled, since view % was created: it can no longer be "
+            f"maintained incrementally', {lit(schema)}, {lit(t)}, {lit(name)}\n"
+            f"    USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
+            f"create it again, which recomputes it';\nEND IF;")
+    body.append(f"SELECT watermark INTO {PREV} FROM {q(companion)}.log_users "
+                f"WHERE view = {lit(name)} AND tbl = {lit(base[0])};")
+
+    # fold the pending log of every table into its change table (one probe when nothing waits)
+    prev = exp.column(PREV)
+    for t in base:
+        r = rels[names[change_table(t)]]
+        newest = exp.select(exp.Max(this=exp.column(XID, quoted=True))).from_(log_ref(schema, t))
+        fold = fold_select(tables[t], log_ref(schema, t), pending_predicate(prev))
+        ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
+        body.append(
+            # the newest log row (a backward scan of the xid index) against the watermark
+            f"IF ({newest.sql('postgres')}) >= pg_snapshot_xmin({PREV}) THEN\n"
+            f"  idivm__ts := clock_timestamp();\n"
+            f"  {ins};\n"
+            f"  GET DIAGNOSTICS {r.counter} = ROW_COUNT;\n"
+            f"  idivm__total := idivm__total + {r.counter};\n"
+            f"  {_analyze(r)}\n"
+            f"  idivm__secs := idivm__secs || jsonb_build_array(jsonb_build_array("
+            f"{lit('fold ' + t)}, extract(epoch FROM clock_timestamp() - idivm__ts)));\n"
+            f"END IF;\n"
+            f"idivm__changes := idivm__changes || jsonb_build_object({lit(t)}, {r.counter});")
+        checks = plan.undeclared_changes(t)
+        if checks:
+            lines = [f"IF {r.counter} > 0 THEN"]
+            for what, pred in checks:
+                cnt = exp.select(exp.Count(this=exp.Star())).from_(
+                    exp.to_identifier(r.name, quoted=True)).where(pred.copy())
+                msg = lit(f"% {what}(s) on {t}, but the view {name} was planned without them "
+                          "(changes=...)")
+                lines.append(
+                    f"  SELECT ({cnt.sql('postgres')}) INTO idivm__n;\n"
+                    f"  IF idivm__n > 0 THEN\n"
+                    f"    RAISE EXCEPTION {msg}, idivm__n USING ERRCODE = '{UNDECLARED_CHANGE}';\n"
+                    f"  END IF;")
+            lines.append("END IF;")
+            body.append("\n".join(lines))
+
+    # the Δ-script, only if some change is effective
+    script: list[str] = []
+    for it in items:
+        s = it.statement
+        inputs = sorted(rels[x].counter for x in it.reads() if x in rels)
+        guard = " OR ".join(f"{c} > 0" for c in inputs)
+        if isinstance(s, Apply) and s.kind == "replace":
+            guard = ""
+        label = (rels[s.name].label if isinstance(s, Compute)
+                 else f"{s.kind} {labels.get(s.diff, s.diff)}→{s.target}")
+        ctes = "".join(f"\n-- CTE {labels.get(n, n)}" for n, _ in it.ctes)
+        lines = [_comment(s.comment) + ctes, "idivm__ts := clock_timestamp();",
+                 _statement_sql(it) + ";"]
+        if isinstance(s, Compute):
+            r = rels[s.name]
+            lines += [f"GET DIAGNOSTICS {r.counter} = ROW_COUNT;",
+                      _analyze(r),
+                      f"idivm__rows := idivm__rows || jsonb_build_object({lit(r.label)}, "
+                      f"{r.counter});"]
+        else:
+            lines += ["GET DIAGNOSTICS idivm__n = ROW_COUNT;",
+                      f"idivm__applied := idivm__applied || jsonb_build_object({lit(label)}, "
+                      "idivm__n);"]
+        lines.append(f"idivm__secs := idivm__secs || jsonb_build_array(jsonb_build_array("
+                     f"{lit(label)}, extract(epoch FROM clock_timestamp() - idivm__ts)));")
+        block = "\n".join(lines)
+        if guard:
+            skipped = (f"idivm__rows := idivm__rows || jsonb_build_object({lit(label)}, 0);"
+                       if isinstance(s, Compute) else
+                       f"idivm__applied := idivm__applied || jsonb_build_object({lit(label)}, 0);")
+            block = f"IF {guard} THEN\n{_indent(block, 2)}\nELSE\n  {skipped}\nEND IF;"
+        script.append(block)
+
+    # temporary tables: created once per session and emptied by the run that filled them
+    # (ON COMMIT DELETE ROWS would truncate every one of them, with its TOAST table, at each
+    # commit: ~10 ms; a TRUNCATE gives the table a new file, invalidating the cached plans)
+    create_temps = []
+    for t in base:
+        r = rels[names[change_table(t)]]
+        tb = tables[t]
+        defs = [f"{q(k)} {column_types[t][k]}" for k in tb.primary_key]
+        defs += [f"{q(c + suffix)} {column_types[t][c]}" for suffix in ("__pre", "__post")
+                 for c in tb.non_key_columns]
+        defs += [f"{q(HAS_PRE)} boolean", f"{q(HAS_POST)} boolean"]
+        create_temps.append(f"CREATE TEMP TABLE {q(r.name)} ({', '.join(defs)});")
+    for it in items:
+        s = it.statement
+        if isinstance(s, Compute):
+            query = s.query.copy()
+            w = _with(it.ctes)
+            if w is not None:
+                query.set("with_", w)
+            create_temps.append(f"CREATE TEMP TABLE {q(s.name)} AS "
+                                f"{query.sql('postgres')} WITH NO DATA;")
+    first = rels[names[change_table(base[0])]].name
+    body.insert(0, f"IF to_regclass({lit('pg_temp.' + q(first))}) IS NULL THEN\n"
+                   f"{_indent(chr(10).join(create_temps), 2)}\nEND IF;")
+
+    # temporary tables are not vacuumed: a DELETE's space is reused once the pages are pruned,
+    # and a table grown past 8 MB by a large batch is truncated
+    empty = "\n".join(
+        f"IF {r.counter} > 0 THEN\n  DELETE FROM {q(r.name)};\n"
+        f"  IF pg_relation_size({lit('pg_temp.' + q(r.name))}) > 8388608 THEN "
+        f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values())
+    script.append(empty)
+    body.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\n"
+                f"  UPDATE {q(companion)}.log_users SET watermark = pg_current_snapshot() "
+                f"WHERE view = {lit(name)};\n"
+                f"  UPDATE {q(companion)}.views SET last_maintained = now(), runs = runs + 1 "
+                f"WHERE name = {lit(name)};\nEND IF;")
+    body.append("RETURN jsonb_build_object('view', " + lit(name) + ", 'changes', idivm__changes,"
+                " 'idiff_rows', idivm__rows, 'applied_rows', idivm__applied, "
+                "'statement_seconds', idivm__secs, 'consumed', idivm__total > 0, "
+                "'seconds', extract(epoch FROM clock_timestamp() - idivm__t0));")
+
+    src = ("DECLARE\n" + _indent("\n".join(decl), 2) + "\nBEGIN\n"
+           + _indent("\n\n".join(body), 2) + "\nEND")
+    header = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(function)}() RETURNS jsonb "
+              f"LANGUAGE plpgsql SET search_path = {q(companion)}, {q(schema)} AS ")
+    comment = (f"COMMENT ON FUNCTION {q(companion)}.{q(function)}() IS "
+               f"{lit(f'idivm: compiled Δ-script of view {schema}.{name} ({plan.strategy})')}")
+    prune_src = "BEGIN\n" + "\n".join(
+        f"  PERFORM {prune_statement(schema, t).removeprefix('SELECT ')};" for t in base) + "\nEND"
+    prune = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(prune_function)}() RETURNS void "
+             f"LANGUAGE plpgsql AS {dollar_quote(prune_src)}")
+    return Compiled(function, prune_function,
+                    (header + dollar_quote(src), comment, prune))
+
+
+# --------------------------------------------------------------------------- fixed runtime
+
+
+def runtime_source(schema: str, companion: str) -> tuple[str, ...]:
+    """The companion schema's fixed code: the catalog fingerprint of a table and the
+    ``maintain`` procedure (one per companion schema, whatever the views)."""
+    comp = q(companion)
+    fingerprint = f"""CREATE OR REPLACE FUNCTION {comp}.table_fingerprint(rel text, cols text[])
+RETURNS text LANGUAGE sql STABLE AS $idivm$
+  SELECT coalesce(to_regclass(rel)::oid::text, 'missing') || ':' ||
+    coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', '
+                                ORDER BY a.attname)
+              FROM pg_attribute a
+              WHERE a.attrelid = to_regclass(rel) AND a.attnum > 0 AND NOT a.attisdropped
+                AND a.attname = ANY (cols)), '') || ':' ||
+    (SELECT count(*) FROM pg_trigger t
+     WHERE t.tgrelid = to_regclass(rel) AND t.tgenabled = 'A'
+       AND t.tgname IN ('idivm_log_insert', 'idivm_log_update', 'idivm_log_delete',
+                        'idivm_log_truncate'))::text
+$idivm$"""
+    body = f"""DECLARE
+  fn text;
+  pf text;
+  ver int;
+  k int := hashtext({lit(companion)} || '.' || view);
+BEGIN
+  SELECT v.function, v.prune_function, v.format_version INTO fn, pf, ver
+    FROM {comp}.views v WHERE v.name = view;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'idivm: no view % in schema %', view, {lit(schema)}
+      USING ERRCODE = '{NO_VIEW}';
+  END IF;
+  IF version IS NOT NULL AND ver IS DISTINCT FROM version THEN
+    RAISE EXCEPTION 'idivm: view % was compiled by another idivm version', view
+      USING ERRCODE = '{STALE_CODE}';
+  END IF;
+  -- maintains of one view run one at a time: a second waits here, before its snapshot
+  PERFORM pg_advisory_lock({LOCK_CLASS}, k);
+  COMMIT;
+  SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+  BEGIN
+    EXECUTE format('SELECT %I.%I()', {lit(companion)}, fn) INTO stats;
+  EXCEPTION WHEN OTHERS THEN
+    PERFORM pg_advisory_unlock({LOCK_CLASS}, k);
+    RAISE;
+  END;
+  COMMIT;
+  PERFORM pg_advisory_unlock({LOCK_CLASS}, k);
+  IF (stats ->> 'consumed')::boolean THEN
+    -- consumed log rows go in a READ COMMITTED transaction of their own, where a concurrent
+    -- prune by another view's maintain is no serialization failure
+    EXECUTE format('SELECT %I.%I()', {lit(companion)}, pf);
+    COMMIT;
+  END IF;
+END"""
+    maintain = (f"CREATE OR REPLACE PROCEDURE {comp}.maintain(view text, INOUT stats jsonb "
+                f"DEFAULT NULL, version int DEFAULT NULL) LANGUAGE plpgsql AS "
+                f"{dollar_quote(body)}")
+    return fingerprint, maintain
+

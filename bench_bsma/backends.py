@@ -43,6 +43,8 @@ def phases(p: Plan, statement_seconds: Sequence[tuple[str, float]], total: float
             kinds[f"stage {s.target}"] = "view update" if s.target == store else "cache update"
     out = dict.fromkeys(PHASES, 0.0)
     for name, secs in statement_seconds:
+        if name.startswith("fold "):  # folding the change log: bookkeeping, counted below
+            continue
         out[kinds.get(name, "i-diff computation")] += secs
     out["folding and bookkeeping"] = max(0.0, total - sum(out.values()))
     return out

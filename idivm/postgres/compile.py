@@ -217,6 +217,40 @@ def _comment(text: str) -> str:
     return "\n".join(f"-- {line.strip()}" for line in text.splitlines() if line.strip())
 
 
+def _branches(q_: exp.Expr) -> list[exp.Expr]:
+    if isinstance(q_, exp.Union):
+        return _branches(q_.left) + _branches(q_.right)
+    return [q_]
+
+
+def _branched(item: Inlined, r: Relation, label: str, rels: Mapping[str, Relation]) -> str:
+    """A snapshot filled one semi-join at a time, each run only if its i-diff holds rows (an
+    empty i-diff's branch would still count in the planner's estimate of the whole UNION),
+    without the rows an earlier branch brought."""
+    assert isinstance(item.statement, Compute)
+    lines = [_comment(item.statement.comment), "idivm__ts := clock_timestamp();",
+             f"{r.counter} := 0;"]
+    for b in _branches(item.statement.query):
+        inputs = sorted({rels[t.name].counter for t in b.find_all(exp.Table)
+                         if t.name in rels} | {rels[n].counter for n, _ in item.ctes
+                                               if n in rels})
+        query = exp.except_(b.copy(), exp.select("*").from_(
+            exp.table_(exp.to_identifier(r.name, quoted=True))))
+        w = _with(item.ctes)
+        if w is not None:
+            query.set("with_", w)
+        ins = exp.insert(query, exp.table_(exp.to_identifier(r.name, quoted=True)))
+        guard = " OR ".join(f"{c} > 0" for c in inputs) or "true"
+        lines.append(f"IF {guard} THEN\n  {ins.sql('postgres')};\n"
+                     f"  GET DIAGNOSTICS idivm__n = ROW_COUNT;\n"
+                     f"  {r.counter} := {r.counter} + idivm__n;\nEND IF;")
+    lines += [_analyze(r),
+              f"idivm__rows := idivm__rows || jsonb_build_object({lit(label)}, {r.counter});",
+              f"idivm__secs := idivm__secs || jsonb_build_array(jsonb_build_array("
+              f"{lit(label)}, extract(epoch FROM clock_timestamp() - idivm__ts)));"]
+    return "\n".join(lines)
+
+
 def _analyze(r: Relation) -> str:
     """Statistics for a filled temporary table when its size moved by more than 4× from what
     the planner last saw: plans follow the batch, and a run like the last one keeps the
@@ -249,14 +283,17 @@ def compile_view(plan: Plan, schema: str, companion: str, gen: int,
 
     labels = {v: k for k, v in names.items()}
     statements = rename_temporaries(split_snapshot_or(plan.statements), names)
-    items = inline_single_use(statements, frozenset())
+    # snapshots split into per-i-diff branches stay tables filled branch by branch
+    branched = frozenset(s.name for s in statements if isinstance(s, Compute)
+                         and s.phase == "snapshot" and isinstance(s.query, exp.Union))
+    items = inline_single_use(statements, branched)
     for k, it in enumerate(items):
         s = it.statement
         if isinstance(s, Compute):
             rels[s.name] = Relation(s.name, labels[s.name], f"idivm__n{k}")
 
     decl = [f"{PREV} pg_snapshot;", "idivm__t0 timestamptz := clock_timestamp();",
-            "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__fp text;",
+            "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__fp text;", "idivm__k bigint[];",
             "idivm__total bigint := 0;",
             "idivm__changes jsonb := '{}';", "idivm__rows jsonb := '{}';",
             "idivm__applied jsonb := '{}';", "idivm__secs jsonb := '[]';"]
@@ -297,24 +334,22 @@ def compile_view(plan: Plan, schema: str, companion: str, gen: int,
             f"  {ins};\n"
             f"  GET DIAGNOSTICS {r.counter} = ROW_COUNT;\n"
             f"  idivm__total := idivm__total + {r.counter};\n"
-            f"  {_analyze(r)}\n"
+            f"{_indent(_analyze(r), 2)}\n"
             f"  idivm__secs := idivm__secs || jsonb_build_array(jsonb_build_array("
             f"{lit('fold ' + t)}, extract(epoch FROM clock_timestamp() - idivm__ts)));\n"
             f"END IF;\n"
             f"idivm__changes := idivm__changes || jsonb_build_object({lit(t)}, {r.counter});")
         checks = plan.undeclared_changes(t)
-        if checks:
-            lines = [f"IF {r.counter} > 0 THEN"]
-            for what, pred in checks:
-                cnt = exp.select(exp.Count(this=exp.Star())).from_(
-                    exp.to_identifier(r.name, quoted=True)).where(pred.copy())
+        if checks:  # one scan counts every kind of change the plan was not made for
+            counts = exp.select(exp.Array(expressions=[
+                exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=pred.copy()))
+                for _, pred in checks])).from_(exp.to_identifier(r.name, quoted=True))
+            lines = [f"IF {r.counter} > 0 THEN", f"  idivm__k := ({counts.sql('postgres')});"]
+            for k, (what, _) in enumerate(checks, 1):
                 msg = lit(f"% {what}(s) on {t}, but the view {name} was planned without them "
                           "(changes=...)")
-                lines.append(
-                    f"  SELECT ({cnt.sql('postgres')}) INTO idivm__n;\n"
-                    f"  IF idivm__n > 0 THEN\n"
-                    f"    RAISE EXCEPTION {msg}, idivm__n USING ERRCODE = '{UNDECLARED_CHANGE}';\n"
-                    f"  END IF;")
+                lines.append(f"  IF idivm__k[{k}] > 0 THEN\n    RAISE EXCEPTION {msg}, "
+                             f"idivm__k[{k}] USING ERRCODE = '{UNDECLARED_CHANGE}';\n  END IF;")
             lines.append("END IF;")
             body.append("\n".join(lines))
 
@@ -329,6 +364,9 @@ def compile_view(plan: Plan, schema: str, companion: str, gen: int,
         label = (rels[s.name].label if isinstance(s, Compute)
                  else f"{s.kind} {labels.get(s.diff, s.diff)}→{s.target}")
         ctes = "".join(f"\n-- CTE {labels.get(n, n)}" for n, _ in it.ctes)
+        if isinstance(s, Compute) and s.name in branched:
+            script.append(_branched(it, rels[s.name], label, rels))
+            continue
         lines = [_comment(s.comment) + ctes, "idivm__ts := clock_timestamp();",
                  _statement_sql(it) + ";"]
         if isinstance(s, Compute):
@@ -373,6 +411,9 @@ def compile_view(plan: Plan, schema: str, companion: str, gen: int,
             create_temps.append(f"CREATE TEMP TABLE {q(s.name)} AS "
                                 f"{query.sql('postgres')} WITH NO DATA;")
     first = rels[names[change_table(base[0])]].name
+    # analyzed empty: never-analyzed tables are planned as 10 pages (~850 rows), which turns
+    # the probes of an empty i-diff into whole scans of the stored relations
+    create_temps.append(f"ANALYZE {', '.join(q(r.name) for r in rels.values())};")
     body.insert(0, f"IF to_regclass({lit('pg_temp.' + q(first))}) IS NULL THEN\n"
                    f"{_indent(chr(10).join(create_temps), 2)}\nEND IF;")
 

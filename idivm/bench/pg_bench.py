@@ -69,6 +69,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from idivm.bench import pyplot
 from idivm.errors import IdivmError
 from idivm.examples import V_PRIME_SQL, V_SQL
 from idivm.planner.model import Strategy
@@ -978,16 +979,11 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
 
 def plot(c: Console, result: dict[str, Any], path: Path) -> None:
     """Grouped bars per batch (log scale), one panel per view × size."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter
-    except ImportError:
-        c.print("[yellow]matplotlib is not installed: plot skipped (pip install matplotlib)"
-                "[/yellow]")
+    plt = pyplot(c)
+    if plt is None:
         return
+    from matplotlib.ticker import FuncFormatter
+
     sizes = [s["links"] for s in result["sizes"]]
     fig, axes = plt.subplots(len(VIEWS), len(sizes), squeeze=False,
                              figsize=(max(7.0, 5.5 * len(sizes)), 0.6 + 3.9 * len(VIEWS)))

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from idivm.bench import pyplot
 from idivm.bench.data import PartsDevices, mixed_batch, parts_devices, price_updates
 from idivm.catalog import Catalog
 from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
@@ -259,14 +260,8 @@ def _print(c: Console, report: dict[str, Any], updates: int) -> bool:
 
 
 def _plot(c: Console, report: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        c.print("[yellow]matplotlib is not installed: plot skipped (pip install matplotlib)"
-                "[/yellow]")
+    plt = pyplot(c)
+    if plt is None:
         return
     rs = report["results"]
     labels = [f"{r['view']}\n({r['batch']}) {r['batch_caption']}" for r in rs]

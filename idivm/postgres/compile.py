@@ -294,7 +294,7 @@ def compile_view(plan: Plan, schema: str, companion: str, gen: int,
 
     decl = [f"{PREV} pg_snapshot;", "idivm__t0 timestamptz := clock_timestamp();",
             "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__fp text;", "idivm__k bigint[];",
-            "idivm__total bigint := 0;",
+            "idivm__total bigint := 0;", "idivm__folded boolean := false;",
             "idivm__changes jsonb := '{}';", "idivm__rows jsonb := '{}';",
             "idivm__applied jsonb := '{}';", "idivm__secs jsonb := '[]';"]
     decl += [f"{r.counter} bigint := 0;" for r in rels.values()]
@@ -331,6 +331,7 @@ def compile_view(plan: Plan, schema: str, companion: str, gen: int,
             # the newest log row (a backward scan of the xid index) against the watermark
             f"IF ({newest.sql('postgres')}) >= pg_snapshot_xmin({PREV}) THEN\n"
             f"  idivm__ts := clock_timestamp();\n"
+            f"  idivm__folded := true;\n"
             f"  {ins};\n"
             f"  GET DIAGNOSTICS {r.counter} = ROW_COUNT;\n"
             f"  idivm__total := idivm__total + {r.counter};\n"
@@ -424,14 +425,16 @@ def compile_view(plan: Plan, schema: str, companion: str, gen: int,
         f"  IF pg_relation_size({lit('pg_temp.' + q(r.name))}) > 8388608 THEN "
         f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values())
     script.append(empty)
-    body.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\n"
+    body.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
+    # log rows were read (even if they cancel out): the watermark moves past them
+    body.append("IF idivm__folded THEN\n"
                 f"  UPDATE {q(companion)}.log_users SET watermark = pg_current_snapshot() "
                 f"WHERE view = {lit(name)};\n"
                 f"  UPDATE {q(companion)}.views SET last_maintained = now(), runs = runs + 1 "
                 f"WHERE name = {lit(name)};\nEND IF;")
     body.append("RETURN jsonb_build_object('view', " + lit(name) + ", 'changes', idivm__changes,"
                 " 'idiff_rows', idivm__rows, 'applied_rows', idivm__applied, "
-                "'statement_seconds', idivm__secs, 'consumed', idivm__total > 0, "
+                "'statement_seconds', idivm__secs, 'consumed', idivm__folded, "
                 "'seconds', extract(epoch FROM clock_timestamp() - idivm__t0));")
 
     src = ("DECLARE\n" + _indent("\n".join(decl), 2) + "\nBEGIN\n"
@@ -451,9 +454,8 @@ def compile_view(plan: Plan, schema: str, companion: str, gen: int,
 # --------------------------------------------------------------------------- fixed runtime
 
 
-def runtime_source(schema: str, companion: str) -> tuple[str, ...]:
-    """The companion schema's fixed code: the catalog fingerprint of a table and the
-    ``maintain`` procedure (one per companion schema, whatever the views)."""
+def fingerprint_source(companion: str) -> str:
+    """The companion schema's catalog fingerprint of a table (what maintenance checks)."""
     comp = q(companion)
     fingerprint = f"""CREATE OR REPLACE FUNCTION {comp}.table_fingerprint(rel text, cols text[])
 RETURNS text LANGUAGE sql STABLE AS $idivm$
@@ -468,14 +470,63 @@ RETURNS text LANGUAGE sql STABLE AS $idivm$
        AND t.tgname IN ('idivm_log_insert', 'idivm_log_update', 'idivm_log_delete',
                         'idivm_log_truncate'))::text
 $idivm$"""
+    return fingerprint
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered view as the ``maintain`` procedure dispatches to it."""
+
+    name: str
+    function: str
+    prune_function: str
+    tables: tuple[str, ...]
+
+
+def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
+    """The companion schema's ``maintain`` procedure, one static branch per view (regenerated
+    whenever a view is created, dropped or recompiled). Static, because a dynamically executed
+    CALL cannot commit, and a dynamically executed LOCK takes the snapshot before locking."""
+    comp = q(companion)
+    branches = []
+    for v in views:
+        tables = ", ".join(f"{q(schema)}.{q(t)}" for t in v.tables)
+        branches.append(f"""IF view = {lit(v.name)} THEN
+  k := hashtext({lit(companion + '.' + v.name)});
+  -- maintains of one view run one at a time: a second waits here, before its snapshot
+  PERFORM pg_advisory_lock({LOCK_CLASS}, k);
+  COMMIT;
+  SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+  BEGIN
+    -- before the snapshot: a TRUNCATE (not MVCC-safe) or a table rewrite waits for this
+    -- maintain, or commits before its snapshot and is seen whole; ordinary writers go on
+    LOCK TABLE {tables} IN ACCESS SHARE MODE;
+    stats := {comp}.{q(v.function)}();
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_advisory_unlock({LOCK_CLASS}, k);
+    RAISE;
+  END;
+  COMMIT;
+  PERFORM pg_advisory_unlock({LOCK_CLASS}, k);
+  IF (stats ->> 'consumed')::boolean THEN
+    -- consumed log rows go in a READ COMMITTED transaction of their own (where a concurrent
+    -- prune by another view's maintain is no serialization failure); the maintenance has
+    -- committed, so a failure here is only reported: the next run prunes
+    BEGIN
+      PERFORM {comp}.{q(v.prune_function)}();
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      RAISE WARNING 'idivm: view % was maintained, but pruning its change logs failed: %',
+        view, SQLERRM;
+    END;
+    COMMIT;
+  END IF;
+  RETURN;
+END IF;""")
     body = f"""DECLARE
-  fn text;
-  pf text;
   ver int;
-  k int := hashtext({lit(companion)} || '.' || view);
+  k int;
 BEGIN
-  SELECT v.function, v.prune_function, v.format_version INTO fn, pf, ver
-    FROM {comp}.views v WHERE v.name = view;
+  SELECT v.format_version INTO ver FROM {comp}.views v WHERE v.name = view;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'idivm: no view % in schema %', view, {lit(schema)}
       USING ERRCODE = '{NO_VIEW}';
@@ -484,27 +535,11 @@ BEGIN
     RAISE EXCEPTION 'idivm: view % was compiled by another idivm version', view
       USING ERRCODE = '{STALE_CODE}';
   END IF;
-  -- maintains of one view run one at a time: a second waits here, before its snapshot
-  PERFORM pg_advisory_lock({LOCK_CLASS}, k);
-  COMMIT;
-  SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
-  BEGIN
-    EXECUTE format('SELECT %I.%I()', {lit(companion)}, fn) INTO stats;
-  EXCEPTION WHEN OTHERS THEN
-    PERFORM pg_advisory_unlock({LOCK_CLASS}, k);
-    RAISE;
-  END;
-  COMMIT;
-  PERFORM pg_advisory_unlock({LOCK_CLASS}, k);
-  IF (stats ->> 'consumed')::boolean THEN
-    -- consumed log rows go in a READ COMMITTED transaction of their own, where a concurrent
-    -- prune by another view's maintain is no serialization failure
-    EXECUTE format('SELECT %I.%I()', {lit(companion)}, pf);
-    COMMIT;
-  END IF;
+{_indent(chr(10).join(branches), 2)}
+  RAISE EXCEPTION 'idivm: view % of schema % has no compiled code (create it again)', view,
+    {lit(schema)} USING ERRCODE = '{STALE_CODE}';
 END"""
-    maintain = (f"CREATE OR REPLACE PROCEDURE {comp}.maintain(view text, INOUT stats jsonb "
-                f"DEFAULT NULL, version int DEFAULT NULL) LANGUAGE plpgsql AS "
-                f"{dollar_quote(body)}")
-    return fingerprint, maintain
+    return (f"CREATE OR REPLACE PROCEDURE {comp}.maintain(view text, INOUT stats jsonb "
+            f"DEFAULT NULL, version int DEFAULT NULL) LANGUAGE plpgsql AS "
+            f"{dollar_quote(body)}")
 

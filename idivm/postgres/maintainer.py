@@ -110,8 +110,16 @@ class PostgresMaintainer:
             "created timestamptz NOT NULL DEFAULT now(), last_maintained timestamptz, "
             "runs bigint NOT NULL DEFAULT 0)")
         self.conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {qq(self.companion, 'compiled')}")
-        for stmt in compile_.runtime_source(self.schema, self.companion):
-            self.conn.execute(stmt)
+        self.conn.execute(compile_.fingerprint_source(self.companion))
+
+    def _install_dispatcher(self) -> None:
+        """(Re)generate the companion's ``maintain`` procedure from the registry; call under
+        ``lock_companion`` in a READ COMMITTED transaction (so every committed view is seen)."""
+        rows = self.conn.execute(
+            f"SELECT name, function, prune_function, tables FROM "
+            f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
+        entries = [compile_.Entry(str(n), str(f), str(pf), tuple(ts)) for n, f, pf, ts in rows]
+        self.conn.execute(compile_.dispatcher(self.schema, self.companion, entries))
 
     def _entry(self, name: str) -> dict[str, Any]:
         row = None
@@ -206,6 +214,15 @@ class PostgresMaintainer:
                 raise
             raise BackendError(f"create_view {name!r} failed and was rolled back: "
                                f"{str(e).strip()}") from e
+        try:
+            # 3. the maintain procedure, now with a branch for this view
+            with self.conn.transaction():
+                changelog.lock_companion(self.conn, self.schema)
+                self._install_dispatcher()
+        except psycopg.Error as e:
+            self.drop_view(name)
+            raise BackendError(f"create_view {name!r} failed and was rolled back: "
+                               f"{str(e).strip()}") from e
         self._plans[name] = p
         return p
 
@@ -298,6 +315,7 @@ class PostgresMaintainer:
             for fn in {e["function"], e["prune_function"]} - {compiled.function,
                                                               compiled.prune_function}:
                 self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}()")
+            self._install_dispatcher()
 
     def drop_view(self, name: str) -> None:
         """Remove the view, its stored table, caches, code, logging and registry entry (from
@@ -305,6 +323,7 @@ class PostgresMaintainer:
         e = self._entry(name)
         try:
             with self.conn.transaction():
+                changelog.lock_companion(self.conn, self.schema)
                 self.conn.execute(f"DROP VIEW IF EXISTS {qq(self.schema, name)}")
                 for rel in e["relations"]:
                     self.conn.execute(f"DROP TABLE IF EXISTS {qq(self.companion, rel)}")
@@ -314,6 +333,7 @@ class PostgresMaintainer:
                                   (name,))
                 for t in e["tables"]:
                     changelog.uninstall(self.conn, self.schema, t, name)
+                self._install_dispatcher()
                 self._drop_companion_if_unused()
         except psycopg.Error as e2:
             raise BackendError(f"drop_view {name!r} failed: {str(e2).strip()}") from e2

@@ -145,9 +145,7 @@ class Inlined:
     ctes: tuple[tuple[str, exp.Expr], ...] = ()
 
     def reads(self) -> set[str]:
-        out = reads(self.statement) if isinstance(self.statement, Apply) else set()
-        if isinstance(self.statement, Compute):
-            out |= {tb.name for tb in self.statement.query.find_all(exp.Table)}
+        out = reads(self.statement)
         for _, q_ in self.ctes:
             out |= {tb.name for tb in q_.find_all(exp.Table)}
         return out - {n for n, _ in self.ctes}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
 
 from idivm import algebra as A
@@ -53,6 +54,8 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres") -> ViewQue
     tree = statements[0]
     if not isinstance(tree, exp.Query):
         raise UnsupportedSQL(tree.key.upper(), "a view is a SELECT query")
+    # unquoted identifiers fold to lower case, quoted ones stay, as PostgreSQL reads them
+    tree = normalize_identifiers(tree, dialect=dialect)
     _refuse(tree)
     tree = _inline_ctes(tree)
     for t in tree.find_all(exp.Table):
@@ -150,6 +153,22 @@ class _Scope:
         raise UnsupportedSQL("column reference", f"cannot resolve {table}.{column}")
 
 
+def _outer_reference(query: exp.Expr, scope: _Scope) -> str | None:
+    """A qualified column of ``query`` naming no source of its own but one of an enclosing
+    query (``scope`` and its outer scopes), as ``alias.column``."""
+    own = {t.alias_or_name for t in query.find_all(exp.Table)} | {
+        s.alias for s in query.find_all(exp.Subquery) if s.alias}
+    derived = [c for s in query.find_all(exp.Subquery) for c in s.find_all(exp.Column)]
+    for col in [*derived, *query.find_all(exp.Column)]:  # a derived table's first
+        if col.table and col.table not in own:
+            try:
+                scope.resolve(col.table, col.name)
+            except UnsupportedSQL:
+                continue
+            return f"{col.table}.{col.name}"
+    return None
+
+
 class _Converter:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -243,7 +262,17 @@ class _Converter:
                 scope.nullable[p] = c.nullable
             return A.Scan(self.nid(), table.name, alias, cols, table.column_names)
         if isinstance(item, exp.Subquery):
-            node, names = self.query(item.this, None)
+            try:
+                node, names = self.query(item.this, None)
+            except UnsupportedSQL as e:
+                ref = _outer_reference(item.this, scope)
+                if ref is None:
+                    raise
+                raise UnsupportedSQL(
+                    "correlated subquery in FROM",
+                    f"the derived table {alias} refers to {ref} of an enclosing query, which "
+                    "is not maintained; join its aggregate on the correlation columns "
+                    "instead") from e
             fresh = [self.fresh(f"{alias}__{n}") for n in names]
             scope.sources[alias] = dict(zip(names, fresh, strict=True))
             return A.Project(self.nid(), node, tuple(
@@ -352,7 +381,17 @@ class _Converter:
             probe = inner.this
         if not isinstance(sub, exp.Select) or sub.args.get("group") or sub.args.get(
                 "having") or sub.find(exp.AggFunc) or sub.args.get("distinct"):
-            right, names = self.query(sub, None)
+            try:
+                right, names = self.query(sub, None)
+            except UnsupportedSQL as e:
+                ref = _outer_reference(sub, scope)
+                if ref is None:
+                    raise
+                raise UnsupportedSQL(
+                    "correlated aggregate subquery",
+                    f"the subquery of {inner.key.upper()} refers to {ref} of the enclosing "
+                    "query through an aggregate or derived table, which is not maintained"
+                    ) from e
             pred_parts: list[exp.Expr] = []
             if probe is not None:
                 if len(names) != 1:
@@ -424,6 +463,9 @@ class _Converter:
         names = [i.alias_or_name for i in items]
         group = s.args.get("group")
         having = s.args.get("having")
+        if having is not None and having.find(exp.Select):
+            raise UnsupportedSQL("scalar subquery in HAVING", "subqueries in HAVING are not "
+                                 "maintained; join the subquery's aggregate in FROM instead")
         has_agg = any(i.find(exp.AggFunc) for i in items) or (
             having is not None and having.find(exp.AggFunc) is not None)
         if group is not None or has_agg:

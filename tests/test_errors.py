@@ -39,6 +39,15 @@ REFUSED = [
      "nullable"),
     ("SELECT pid FROM parts; SELECT did FROM devices", "multiple statements"),
     ("DELETE FROM parts", "DELETE"),
+    # D1: a subquery in HAVING was read as the outer query's aggregate (silently wrong)
+    ("SELECT did, count(*) AS c FROM devices_parts GROUP BY did "
+     "HAVING count(*) > (SELECT count(*) FROM parts)", "scalar subquery in HAVING"),
+    ("SELECT pid FROM parts GROUP BY pid HAVING sum(price) > (SELECT sum(price) FROM parts)",
+     "scalar subquery in HAVING"),
+    # D3: a correlated derived table, named as such (was "cannot resolve")
+    ("SELECT p1.pid FROM parts p1 WHERE EXISTS (SELECT 1 FROM (SELECT sum(p2.price) AS s "
+     "FROM parts p2 WHERE p2.pid = p1.pid) n1 WHERE p1.price < n1.s)",
+     "correlated aggregate subquery"),
 ]
 
 
@@ -47,6 +56,32 @@ def test_unsupported_sql_names_the_construct(view: str, construct: str) -> None:
     with pytest.raises(UnsupportedSQL) as err:
         idivm.plan(view, CAT)
     assert construct.lower() in str(err.value).lower()
+
+
+def test_refusals_name_what_they_refuse() -> None:
+    with pytest.raises(UnsupportedSQL, match=r"refers to p1\.pid"):
+        idivm.plan(REFUSED[-1][0], CAT)
+
+
+def test_refused_by_fresh_views_too() -> None:
+    """D1: fresh views refused the HAVING subquery only when rows were read."""
+    from idivm.fresh.query import translate
+
+    with pytest.raises(UnsupportedSQL, match="HAVING"):
+        translate(REFUSED[-3][0], CAT)
+
+
+def test_unquoted_identifiers_fold_like_postgresql() -> None:
+    """D2: ``CREATE TABLE R`` is table r; ``FROM R`` reads it, ``FROM "R"`` does not."""
+    cat = idivm.Catalog.from_ddl('CREATE TABLE R (A int PRIMARY KEY, b int); '
+                                 'CREATE TABLE "Mixed" ("Key" int PRIMARY KEY, v int)')
+    assert sorted(cat.tables) == ["Mixed", "r"]
+    assert idivm.plan("SELECT A, B FROM R", cat).columns == ("a", "b")
+    assert idivm.plan('SELECT "Key", V FROM "Mixed"', cat).columns == ("Key", "v")
+    with pytest.raises(CatalogError, match="'R'"):
+        idivm.plan('SELECT a FROM "R"', cat)
+    with pytest.raises(CatalogError, match="'mixed'"):
+        idivm.plan("SELECT v FROM Mixed", cat)
 
 
 def test_keyless_table_error_names_it() -> None:

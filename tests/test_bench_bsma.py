@@ -48,6 +48,7 @@ def _check(report: dict[str, Any], out: Path, workloads: list[str],
         "users" not in workloads
 
 
+@pytest.mark.slow  # a benchmark harness run (correctness: the differential suites)
 @pytest.mark.postgres
 def test_every_view_and_strategy_on_postgres(pg_dsn: str, pg_schema: str,
                                              tmp_path: Path) -> None:
@@ -56,6 +57,7 @@ def test_every_view_and_strategy_on_postgres(pg_dsn: str, pg_schema: str,
     _check(report, tmp_path, list(WORKLOADS))
 
 
+@pytest.mark.slow  # a benchmark harness run (correctness: the differential suites)
 def test_every_view_and_strategy_on_spark(spark_available: None, tmp_path: Path) -> None:
     from idivm.spark import embedded_session
 
@@ -68,6 +70,7 @@ def test_every_view_and_strategy_on_spark(spark_available: None, tmp_path: Path)
     _check(report, tmp_path, ["mixed"], views)
 
 
+@pytest.mark.slow  # a benchmark harness run (correctness: the differential suites)
 @pytest.mark.postgres
 def test_parts_devices_sweep_on_postgres(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
     from bench_bsma.sweeps import VALUES, sweep

@@ -159,3 +159,21 @@ def test_a_fresh_maintainer_commits(pg_dsn: str, figure2: tuple[psycopg.Connecti
         m.drop_view("v_prime")
     gone = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".v_prime',)).fetchone()
     assert gone is not None and gone[0] is None
+
+
+def test_recreate_after_dropping_the_last_view_in_one_session(
+        pg_dsn: str, figure2: tuple[psycopg.Connection[Any], str]) -> None:
+    """Dropping the last view drops the companion schema (and the sequence naming compiled
+    code); a view created next in the same session must not reuse the names of the session's
+    temporary tables of the first one, whose columns differ."""
+    conn, schema = figure2
+    with PostgresMaintainer(pg_dsn, schema=schema) as m:
+        m.create_view("a", V_PRIME)
+        conn.execute("UPDATE parts SET price = price + 1")
+        m.maintain("a")
+        m.drop_view("a")
+        m.create_view("b", V)
+        conn.execute("UPDATE parts SET price = price + 1")
+        conn.execute("INSERT INTO devices_parts VALUES ('D2', 'P2')")
+        m.maintain("b")
+        assert rows(conn, "SELECT * FROM b") == rows(conn, V)

@@ -348,15 +348,15 @@ def _analyze(r: Relation) -> str:
             f"{r.counter} * 4.0, true) THEN\n  ANALYZE {q(r.name)};\nEND IF;")
 
 
-def compile_view(plan: Plan, schema: str, companion: str, gen: int,
+def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  tables: Mapping[str, Table], fingerprints: Mapping[str, str],
                  column_types: Mapping[str, Mapping[str, str]]) -> Compiled:
     """The view's maintenance and prune functions. ``tables``: each base table as the view
     reads it (key and read columns); ``fingerprints``: what ``table_fingerprint`` returned for
     each at creation; ``column_types``: server type names of those columns."""
     name = plan.name
-    prefix = f"__iv{gen}_"
-    function, prune_function = f"maintain__{gen}", f"prune__{gen}"
+    prefix = f"__iv{tag}_"
+    function, prune_function = f"maintain__{tag}", f"prune__{tag}"
     base = sorted(tables)
 
     names: dict[str, str] = {}

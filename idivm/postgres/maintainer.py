@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -235,9 +236,12 @@ class PostgresMaintainer:
                       ) -> compile_.Compiled:
         row = self.conn.execute(f"SELECT nextval('{qq(self.companion, 'compiled')}')"
                                 ).fetchone()
-        gen = int(row[0]) if row else 0
+        # the tag names the code and its session temp tables: unique beyond the companion's
+        # sequence, which restarts when the last view's companion schema is dropped while a
+        # session still holds temp tables of the same names and another shape
+        tag = f"{int(row[0]) if row else 0}_{secrets.token_hex(3)}"
         types = {t: changelog.column_types(self.conn, self.schema, t) for t in p.tables}
-        compiled = compile_.compile_view(p, self.schema, self.companion, gen,
+        compiled = compile_.compile_view(p, self.schema, self.companion, tag,
                                          {t: read.table(t) for t in p.tables}, fingerprints,
                                          types)
         for stmt in compiled.source:

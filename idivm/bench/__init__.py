@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.progress import Progress
 
 
 def pyplot(c: Console) -> Any | None:
@@ -20,3 +23,12 @@ def pyplot(c: Console) -> Any | None:
                 "[/yellow]")
         return None
     return plt
+
+
+@contextmanager
+def step(progress: Progress, what: str) -> Iterator[None]:
+    """One step of a run, shown as a finished task when it ends."""
+    task = progress.add_task(what, total=1)
+    yield
+    progress.update(task, completed=1)
+    progress.stop_task(task)

@@ -50,8 +50,7 @@ import platform
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -69,7 +68,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from idivm.bench import pyplot
+from idivm.bench import pyplot, step
 from idivm.errors import IdivmError
 from idivm.examples import V_PRIME_SQL, V_SQL
 from idivm.planner.model import Strategy
@@ -393,14 +392,6 @@ def _stats(xs: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
 
-@contextmanager
-def _step(progress: Progress, what: str) -> Iterator[None]:
-    task = progress.add_task(what, total=1)
-    yield
-    progress.update(task, completed=1)
-    progress.stop_task(task)
-
-
 # -- one size -----------------------------------------------------------------------------------
 class SizeRun:
     """Schemas A and B of one size, and the measurements on them."""
@@ -451,7 +442,7 @@ class SizeRun:
         self.ca, self.cb = _connect(self.dsn, s.schema_a), _connect(self.dsn, s.schema_b)
         params = {"devices": s.devices, "parts": s.parts, "fanout": s.fanout,
                   "step": s.parts // s.fanout, "phones": round(s.phone_share * 10_000)}
-        with _step(p, f"{s.links:,} links: generate A (devices, parts, devices_parts)"):
+        with step(p, f"{s.links:,} links: generate A (devices, parts, devices_parts)"):
             t0 = time.perf_counter()
             with self.a.transaction():
                 for q in CREATE_TABLES:
@@ -462,7 +453,7 @@ class SizeRun:
                     self.a.execute(q)
             self.a.execute("ANALYZE devices, parts, devices_parts")
             self.setup["load A s"] = time.perf_counter() - t0
-        with _step(p, f"{s.links:,} links: copy the base tables into B"):
+        with step(p, f"{s.links:,} links: copy the base tables into B"):
             t0 = time.perf_counter()
             with self.b.transaction():
                 for q in CREATE_TABLES:
@@ -481,7 +472,7 @@ class SizeRun:
         self.m = PostgresMaintainer(self.dsn, schema=s.schema_a)
         for v in VIEWS:
             for strategy in STRATEGIES:
-                with _step(p, f"{s.links:,} links: create idivm view {v.label} ({strategy})"):
+                with step(p, f"{s.links:,} links: create idivm view {v.label} ({strategy})"):
                     t0 = time.perf_counter()
                     self.maintainer.create_view(v.idivm(strategy), v.sql, changes=None,
                                                 strategy=strategy)
@@ -498,7 +489,7 @@ class SizeRun:
     def prepare_b_views(self) -> None:
         """B's materialized views and the plain copies of the views' rows."""
         s = self.size
-        with _step(self.progress, f"{s.links:,} links: B: materialized views and limit copies"):
+        with step(self.progress, f"{s.links:,} links: B: materialized views and limit copies"):
             t0 = time.perf_counter()
             for v in VIEWS:
                 self.b.execute(sql.SQL("CREATE MATERIALIZED VIEW {} AS {}").format(
@@ -552,11 +543,11 @@ class SizeRun:
         s = self.size
         self.catch_up()
         out: dict[str, Any] = {v.label: {"none_s": [], "one_s": []} for v in VIEWS}
-        with _step(self.progress, f"{s.links:,} links: floor, {calls} × nothing pending"):
+        with step(self.progress, f"{s.links:,} links: floor, {calls} × nothing pending"):
             for _ in range(calls):
                 for v in VIEWS:
                     out[v.label]["none_s"].append(_maintain(self.maintainer, v.idivm("id"))["s"])
-        with _step(self.progress, f"{s.links:,} links: floor, {calls} × one pending update"):
+        with step(self.progress, f"{s.links:,} links: floor, {calls} × one pending update"):
             for _ in range(calls):
                 pid = s.part_picker.take(1)[0]
                 for conn in (self.a, self.b):
@@ -776,7 +767,7 @@ def _run_size(size: Size, dsn: str, progress: Progress, batches: Sequence[str], 
                 progress.advance(task)
         progress.update(task, description=f"{size.links:,} links: batches, all verified")
         sr.verify_base()
-        with _step(progress, f"{size.links:,} links: writer wait, {repeat} run(s)"):
+        with step(progress, f"{size.links:,} links: writer wait, {repeat} run(s)"):
             writer = sr.writer_wait(repeat)
         return {"links": size.links, "devices": size.devices, "parts": size.parts,
                 "schemas": [size.schema_a, size.companion, size.schema_b],

@@ -21,8 +21,6 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +28,13 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from idivm.bench import pyplot
+from idivm.bench import pyplot, step
 from idivm.bench.data import PartsDevices, mixed_batch, parts_devices, price_updates
 from idivm.catalog import Catalog
 from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
 
 VIEWS = (("V", "v", V_SQL), ("V'", "v_prime", V_PRIME_SQL))
 TABLES = ("devices", "parts", "devices_parts")
-
-
-@contextmanager
-def _step(progress: Progress, what: str) -> Iterator[None]:
-    task = progress.add_task(what, total=1)
-    yield
-    progress.update(task, completed=1)
-    progress.stop_task(task)
 
 
 def fingerprint(df: Any, types: dict[str, Any]) -> tuple[int, int]:
@@ -99,20 +89,20 @@ def _run(c: Console, root: Path, pd: PartsDevices, updates: int, repeat: int,
     progress = Progress(SpinnerColumn(finished_text="[green]✓[/green]"),
                         TextColumn("{task.description}"), TimeElapsedColumn(), console=c)
     with progress:
-        with _step(progress, "start Spark"):
+        with step(progress, "start Spark"):
             spark = spark_session(master, conf={"spark.driver.memory": driver_memory,
                                                 **driver_conf(False)})
             report["config"]["spark"] = spark.version
         m = SparkMaintainer(Catalog.from_ddl(PAPER_DDL), root, spark=spark, buckets=buckets)
         frames = parts_devices(spark, pd)
         for name in TABLES:
-            with _step(progress, f"generate and load {name}"):
+            with step(progress, f"generate and load {name}"):
                 t0 = time.perf_counter()
                 m.load_table(name, frames[name])
                 report["setup"][f"load {name} s"] = time.perf_counter() - t0
                 report["setup"][f"{name} buckets"] = m.store.partitions(name)
         for label, name, sql in VIEWS:
-            with _step(progress, f"create and materialize {label}"):
+            with step(progress, f"create and materialize {label}"):
                 t0 = time.perf_counter()
                 p = m.create_view(name, sql)
                 report["setup"][f"create {label} s"] = time.perf_counter() - t0
@@ -148,7 +138,7 @@ def _round(progress: Progress, m: Any, spark: Any, scratch: Path, key: str, capt
     """One batch: record it, maintain both views, then per view recompute, verify, compact and
     verify again. Returns a record per view."""
     what = f"batch ({key}) {caption}, round {rep + 1}"
-    with _step(progress, f"{what}: build and record change feeds"):
+    with step(progress, f"{what}: build and record change feeds"):
         sizes: dict[str, int] = {}
         for table, df in batch.items():
             df = df.localCheckpoint(eager=True)  # detached from the files it rewrites
@@ -156,21 +146,21 @@ def _round(progress: Progress, m: Any, spark: Any, scratch: Path, key: str, capt
             m.apply_changes(table, df)
     runs: dict[str, Any] = {}
     for label, name, _ in VIEWS:
-        with _step(progress, f"{what}: maintain {label}"):
+        with step(progress, f"{what}: maintain {label}"):
             runs[label] = m.maintain(name)
     out = []
     for label, name, _ in VIEWS:
         target = scratch / f"{name}_{key}_{rep}"
-        with _step(progress, f"{what}: recompute {label} (full result to parquet)"):
+        with step(progress, f"{what}: recompute {label} (full result to parquet)"):
             t0 = time.perf_counter()
             m.recompute(name).write.mode("overwrite").parquet(str(target))
             recompute = time.perf_counter() - t0
-        with _step(progress, f"{what}: verify {label} (count, hash sum)"):
+        with step(progress, f"{what}: verify {label} (count, hash sum)"):
             expected_df = spark.read.parquet(str(target))
             types = {f.name: f.dataType for f in expected_df.schema.fields}
             got = fingerprint(m.read_view(name), types)
             expected = fingerprint(expected_df, types)
-        with _step(progress, f"{what}: compact {label} (pending i-diffs into buckets), "
+        with step(progress, f"{what}: compact {label} (pending i-diffs into buckets), "
                    "verify again"):
             t0 = time.perf_counter()
             compacted = m.compact(name)

@@ -163,3 +163,18 @@ def test_key_value_dsn_works(pg_dsn: str, pg_schema: str) -> None:
         m.create_view("n", "SELECT count(*) AS n FROM parts")
         m.maintain("n")
         m.drop_view("n")
+
+
+def test_companion_from_an_older_idivm_says_what_to_do(pg_dsn: str, pg_schema: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        comp = sql.Identifier(f"{pg_schema}__idivm")
+        conn.execute(sql.SQL("CREATE TABLE {}.parts (pid text PRIMARY KEY, price int)").format(
+            sql.Identifier(pg_schema)))
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(comp))
+        conn.execute(sql.SQL("CREATE TABLE {}.views (name text PRIMARY KEY, sql text NOT NULL, "
+                             "changes jsonb, runs bigint)").format(comp))
+    with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
+        for call in (lambda: m.maintain("v"), lambda: m.drop_view("v"),
+                     lambda: m.create_view("v", "SELECT pid FROM parts")):
+            with pytest.raises(BackendError, match="older idivm"):
+                call()

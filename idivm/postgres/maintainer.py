@@ -99,7 +99,21 @@ class PostgresMaintainer:
     def _search_path(self) -> None:
         self.conn.execute(f"SET LOCAL search_path = {q(self.companion)}, {q(self.schema)}")
 
+    def _check_layout(self) -> None:
+        """A companion schema made by an idivm from before compiled maintenance has another
+        registry: say what to do rather than fail on a missing column."""
+        row = self.conn.execute(
+            "SELECT count(*) FILTER (WHERE column_name = 'function'), count(*) "
+            "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+            (self.companion, REGISTRY)).fetchone()
+        if row is not None and row[1] and not row[0]:
+            raise BackendError(
+                f"the views in schema {self.schema!r} were created by an older idivm (before "
+                f"compiled maintenance); drop them (DROP SCHEMA {q(self.companion)} CASCADE, "
+                "and the views in the schema) and create them again")
+
     def _registry(self) -> None:
+        self._check_layout()
         self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.companion)}")
         self.conn.execute(
             f"CREATE TABLE IF NOT EXISTS {qq(self.companion, REGISTRY)} ("
@@ -127,6 +141,7 @@ class PostgresMaintainer:
         exists = self.conn.execute("SELECT to_regclass(%s)", (qq(self.companion, REGISTRY),)
                                    ).fetchone()
         if exists and exists[0]:
+            self._check_layout()
             cur = self.conn.execute(
                 f"SELECT sql, changes, strategy, catalog, tables, relations, function, "
                 f"prune_function, fingerprints FROM {qq(self.companion, REGISTRY)} "
@@ -281,6 +296,7 @@ class PostgresMaintainer:
         try:
             row = self.conn.execute(call, (name, compile_.FORMAT_VERSION)).fetchone()
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as e:
+            self._check_layout()
             raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}") from e
         except psycopg.Error as e:
             msg = (e.diag.message_primary or str(e)).strip()

@@ -178,6 +178,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_sweep(args: argparse.Namespace) -> int:
+    from idivm.bench import sweep
+
+    if args.repeat < 1 or args.max_tables < 2:
+        raise IdivmError("--repeat must be at least 1 and --max-tables at least 2")
+    sweep.run(max_tables=args.max_tables, repeat=args.repeat, out=Path(args.out))
+    return 0
+
+
+def cmd_bench_tpch(args: argparse.Namespace) -> int:
+    from idivm.bench import tpch_bench
+
+    if args.sf <= 0 or args.rounds < 1:
+        raise IdivmError("--sf must be positive and --rounds at least 1")
+    return tpch_bench.run(sf=args.sf, queries=args.queries, rounds=args.rounds,
+                          dsn=args.dsn, out=Path(args.out), keep=args.keep)
+
+
 def cmd_bench_spark(args: argparse.Namespace) -> int:
     from idivm.bench import spark_bench
 
@@ -494,6 +512,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=20, help="runs per view (default: 20)")
     b.add_argument("--out", default="bench_out/plan.json", help="JSON report path")
     b.set_defaults(func=cmd_bench)
+    b = bench.add_parser("sweep", help="planner growth: chain and star joins of 2…N tables, "
+                         "plan time and Δ-script size")
+    b.add_argument("--max-tables", type=int, default=12, help="largest join (default: 12)")
+    b.add_argument("--repeat", type=int, default=3, help="plans per point, median reported "
+                   "(default: 3)")
+    b.add_argument("--out", default="bench_out/sweep", help="directory of the JSON and PNG")
+    b.set_defaults(func=cmd_bench_sweep)
+    b = bench.add_parser("tpch", help="TPC-H views on PostgreSQL: plan, create, maintain "
+                         "(id / tuple) vs recompute under RF1/RF2 refresh batches and updates")
+    b.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default: 0.1)")
+    b.add_argument("--queries", type=int, nargs="+", default=None, metavar="N",
+                   help="query numbers (default: all 22)")
+    b.add_argument("--rounds", type=int, default=3, help="refresh rounds per query (default: 3)")
+    b.add_argument("--out", default="bench_out/tpch", help="directory of the JSON and PNG")
+    b.add_argument("--dsn", default=_default_dsn(),
+                   help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
+    b.add_argument("--keep", action="store_true",
+                   help="keep the benchmark schema (default: dropped at the end and on error)")
+    b.set_defaults(func=cmd_bench_tpch)
     b = bench.add_parser("spark", help="parts/devices (paper §7.2): maintain vs recompute on "
                          "Spark")
     b.add_argument("--devices-parts", type=int, default=5_000_000, metavar="N",

@@ -169,6 +169,29 @@ def _outer_reference(query: exp.Expr, scope: _Scope) -> str | None:
     return None
 
 
+def _connected_order(aliases: list[str], conjuncts: list[set[str | None]]) -> list[int]:
+    """An order of the FROM items (inner joins commute) in which every item but the first is
+    joined to those before it by some conjunct, where the predicates allow: at each step the
+    first remaining item in FROM order that a conjunct connects to the joined ones. A cross
+    product is left only where no predicate connects the rest."""
+    joined: set[str | None] = set()
+    order: list[int] = []
+    rest = list(range(len(aliases)))
+    while rest:
+        pick = rest[0]
+        if order:
+            for i in rest:
+                a = aliases[i]
+                if any(a in srcs and srcs & joined and srcs <= joined | {a}
+                       for srcs in conjuncts):
+                    pick = i
+                    break
+        order.append(pick)
+        joined.add(aliases[pick])
+        rest.remove(pick)
+    return order
+
+
 class _Converter:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -323,7 +346,10 @@ class _Converter:
 
     def join_tree(self, nodes: list[A.Node], aliases: list[str], pool: list[exp.Expr],
                   scope: _Scope) -> A.Node:
-        """Left-deep joins in FROM order; each conjunct goes as low as its columns allow."""
+        """Left-deep joins, in FROM order as far as each next relation joins what is already
+        joined (a relation with no join predicate to it waits: ``FROM part, supplier, lineitem``
+        joins part ⋈ lineitem ⋈ supplier, not part × supplier); each conjunct goes as low as
+        its columns allow."""
         owner = {p: a for a, cols in scope.sources.items() for p in cols.values()}
         translated = []
         for c in pool:
@@ -348,6 +374,9 @@ class _Converter:
             p = A.conjoin(local)
             return A.Select(self.nid(), n, p) if p is not None else n
 
+        order = _connected_order(aliases, [srcs for _, srcs in translated])
+        nodes = [nodes[i] for i in order]
+        aliases = [aliases[i] for i in order]
         cur = with_filters(nodes[0], aliases[0])
         seen: set[str | None] = {aliases[0]}
         for n, alias in zip(nodes[1:], aliases[1:], strict=True):

@@ -162,6 +162,11 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
         raise IdivmError(f"unknown strategy {strategy!r}: use {', '.join(STRATEGIES)}")
     view = parse_view(view_sql, catalog, dialect)
     root, infos = infer_ids(view.root, catalog)  # pass 1
+    narrow = read_catalog(root, infos, catalog)
+    if narrow.tables != catalog.tables:  # plan over just the columns the view reads
+        catalog = narrow
+        view = parse_view(view_sql, catalog, dialect)
+        root, infos = infer_ids(view.root, catalog)
     if strategy == "recompute":
         return _recompute_plan(name, view, root, infos, catalog)
     schemas = generate(root, infos, catalog, changes, strategy)  # §5
@@ -179,6 +184,24 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
         stmts.append(st)
     stmts = minimize.compose_queries(minimize.drop_unread(minimize.inline_single_use(stmts)))
     return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog, strategy)
+
+
+def read_catalog(root: A.Node, infos: Mapping[int, NodeInfo], catalog: Catalog) -> Catalog:
+    """The catalog restricted to what the view reads: the tables it scans, each with its key
+    and the columns the view uses (in its output, a condition or an aggregate), and the
+    foreign keys whose columns all stay. Scans, base-table i-diffs and change logs then carry
+    no column the view never reads."""
+    used = analyze(root, infos)[1]
+    tables = []
+    for t in sorted(used):
+        table = catalog.table(t)
+        keep = {*table.primary_key, *used[t]}
+        cols = tuple(c for c in table.columns if c.name in keep)
+        fks = tuple(fk for fk in table.foreign_keys
+                    if set(fk.columns) <= keep and fk.ref_table in used and
+                    set(fk.ref_columns) <= set(catalog.table(fk.ref_table).primary_key))
+        tables.append(dataclasses.replace(table, columns=cols, foreign_keys=fks))
+    return Catalog.of(tables)
 
 
 def _recompute_plan(name: str, view: ViewQuery, root: A.Node, infos: Mapping[int, NodeInfo],

@@ -8,6 +8,7 @@ pre-state expression); returning None renders the operator itself.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -20,6 +21,34 @@ Leaf = Callable[[A.Node], "exp.Expr | None"]
 def render(node: A.Node, leaf: Leaf, types: Callable[[str], str | None] = lambda _: None
            ) -> exp.Select:
     return _Renderer(leaf, types).node(node)
+
+
+@dataclass
+class _Flat:
+    """σ/π/⋈/⋉/▷ over sources as one SELECT: the sources (the first in FROM, each next inner-
+    or cross-joined on its condition), the conditions, and each plan column's expression."""
+
+    sources: list[tuple[exp.Expr, exp.Expr | None]]  # (source, join condition)
+    where: list[exp.Expr]
+    cols: dict[str, exp.Expr]
+
+    def bind(self, e: exp.Expr) -> exp.Expr:
+        """``e`` over plan columns, over the sources."""
+        return A.rename_columns(e, {k: _atom(v) for k, v in self.cols.items()})
+
+    def select(self, columns: tuple[str, ...]) -> exp.Select:
+        q = select([(k, self.cols[k].copy()) for k in columns], self.sources[0][0])
+        for src, on in self.sources[1:]:
+            q = q.join(src, on=on, join_type=None if on is not None else "cross", copy=False)
+        if self.where:
+            q = q.where(exp.and_(*self.where) if len(self.where) > 1 else self.where[0],
+                        copy=False)
+        return q
+
+
+def _atom(e: exp.Expr) -> exp.Expr:
+    """``e`` as an operand: parenthesized unless a column or a literal."""
+    return e if isinstance(e, exp.Column | exp.Literal | exp.Paren) else exp.paren(e.copy())
 
 
 class _Renderer:
@@ -42,39 +71,51 @@ class _Renderer:
         return subquery(self.node(node), a), a
 
     def node(self, node: A.Node) -> exp.Select:
-        sub = self.leaf(node)
-        if sub is not None:
-            src, a = self.rel(node)
-            return select([(k, c(k, a)) for k in node.columns], src)
-        if isinstance(node, A.Scan):
-            a = self.alias()
-            return select([(p, c(b, a)) for p, b in zip(node.cols, node.base_cols, strict=True)],
-                          t(node.table, a))
-        if isinstance(node, A.Select):
-            src, a = self.rel(node.child)
-            return select([(k, c(k, a)) for k in node.columns], src, node.predicate.copy())
-        if isinstance(node, A.Project):
-            src, a = self.rel(node.child)
-            return select([(n, e.copy()) for n, e in node.exprs], src)
-        if isinstance(node, A.Join):
-            ls, la = self.rel(node.left)
-            rs, ra = self.rel(node.right)
-            q = select([(k, c(k, la if k in node.left.columns else ra)) for k in node.columns], ls)
-            if node.predicate is None:
-                return q.join(rs, join_type="cross")
-            return q.join(rs, on=node.predicate.copy())
-        if isinstance(node, A.SemiJoin | A.AntiJoin):
-            ls, la = self.rel(node.left)
-            rs, _ = self.rel(node.right)
-            probe: exp.Expr = exists(rs, node.predicate.copy())
-            if isinstance(node, A.AntiJoin):
-                probe = exp.Not(this=probe)
-            return select([(k, c(k, la)) for k in node.columns], ls, probe)
+        if self.leaf(node) is None and isinstance(node, A.Scan | A.Select | A.Project | A.Join |
+                                                   A.SemiJoin | A.AntiJoin):
+            return self.flat(node).select(node.columns)
         if isinstance(node, A.UnionAll):
             return self.union(node)
         if isinstance(node, A.Aggregate):
             return self.aggregate(node)
-        raise NotImplementedError(type(node).__name__)
+        src, a = self.rel(node)  # a relation the caller substitutes
+        return select([(k, c(k, a)) for k in node.columns], src)
+
+    def flat(self, node: A.Node) -> _Flat:
+        """A select-project-join subtree as one SELECT (no derived table per operator)."""
+        if self.leaf(node) is None:
+            if isinstance(node, A.Scan):
+                a = self.alias()
+                return _Flat([(t(node.table, a), None)], [], {
+                    p: c(b, a) for p, b in zip(node.cols, node.base_cols, strict=True)})
+            if isinstance(node, A.Select):
+                f = self.flat(node.child)
+                f.where.append(f.bind(node.predicate))
+                return f
+            if isinstance(node, A.Project):
+                f = self.flat(node.child)
+                return _Flat(f.sources, f.where, {n: f.bind(e) for n, e in node.exprs})
+            if isinstance(node, A.Join):
+                lf, rf = self.flat(node.left), self.flat(node.right)
+                both = _Flat(lf.sources, lf.where + rf.where, {**lf.cols, **rf.cols})
+                right = list(rf.sources)
+                right[0] = (right[0][0], None)
+                if node.predicate is not None:  # on the last source of the right side
+                    src, on = right[-1]
+                    pred = both.bind(node.predicate)
+                    right[-1] = (src, pred if on is None else exp.and_(on, pred))
+                both.sources = lf.sources + right
+                return both
+            if isinstance(node, A.SemiJoin | A.AntiJoin):
+                f = self.flat(node.left)
+                rs, ra = self.rel(node.right)
+                probe: exp.Expr = exists(rs, A.rename_columns(node.predicate, {
+                    **{k: _atom(v) for k, v in f.cols.items()},
+                    **{k: c(k, ra) for k in node.right.columns}}))
+                f.where.append(exp.Not(this=probe) if isinstance(node, A.AntiJoin) else probe)
+                return f
+        src, a = self.rel(node)
+        return _Flat([(src, None)], [], {k: c(k, a) for k in node.columns})
 
     def union(self, node: A.UnionAll) -> exp.Select:
         branches = []

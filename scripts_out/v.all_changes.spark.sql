@@ -85,54 +85,9 @@ SELECT
   `i`.`category__post` AS `devices__category__post`
 FROM `d3` AS `i`;
 
--- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(pid, did)]
--- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ+(parts__pid)]
-CREATE OR REPLACE TEMPORARY VIEW `d38` AS
-SELECT
-  `i`.`devices_parts__did` AS `did`,
-  `i`.`parts__pid` AS `pid`,
-  `i`.`parts__price` AS `price`
-FROM (
-  SELECT
-    `i`.`parts__pid` AS `parts__pid`,
-    `i`.`parts__price` AS `parts__price`,
-    `o`.`devices_parts__did` AS `devices_parts__did`,
-    `o`.`devices_parts__pid` AS `devices_parts__pid`
-  FROM (
-    SELECT
-      `i`.`pid` AS `parts__pid`,
-      `i`.`price` AS `parts__price`
-    FROM `d6` AS `i`
-  ) AS `i`
-  JOIN (
-    SELECT
-      `q1`.`did` AS `devices_parts__did`,
-      `q1`.`pid` AS `devices_parts__pid`
-    FROM `devices_parts` AS `q1`
-  ) AS `o`
-    ON `i`.`parts__pid` = `o`.`devices_parts__pid`
-) AS `i`
-JOIN (
-  SELECT
-    `q1`.`devices__did` AS `devices__did`,
-    `q1`.`devices__category` AS `devices__category`
-  FROM (
-    SELECT
-      `q2`.`did` AS `devices__did`,
-      `q2`.`category` AS `devices__category`
-    FROM `devices` AS `q2`
-  ) AS `q1`
-  WHERE
-    `devices__category` = 'phone'
-) AS `o`
-  ON `i`.`devices_parts__did` = `o`.`devices__did`;
-
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(pid; price_pre)]
--- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)  [Δ-(parts__pid; parts__price_pre)]
--- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)  [Δ-(parts__pid; parts__price_pre)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ-(parts__pid; parts__price_pre)]
+-- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l) (×2)
+-- ∘ SCAN: base i-diff as the scan's i-diff
 CREATE OR REPLACE TEMPORARY VIEW `d39` AS
 SELECT
   `i`.`pid` AS `pid`,
@@ -140,9 +95,8 @@ SELECT
 FROM `d7` AS `i`;
 
 -- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(pid; price_pre; price_post)]
--- ∘ Table 10 ⋈: Δu_l on non-join attributes passes  [Δu(parts__pid; parts__price_pre; parts__price_post)]
--- ∘ Table 10 ⋈: Δu_l on non-join attributes passes  [Δu(parts__pid; parts__price_pre; parts__price_post)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δu(parts__pid; parts__price_pre; parts__price_post)]
+-- ∘ Table 10 ⋈: Δu_l on non-join attributes passes (×2)
+-- ∘ SCAN: base i-diff as the scan's i-diff
 CREATE OR REPLACE TEMPORARY VIEW `d40` AS
 SELECT
   `i`.`pid` AS `pid`,
@@ -150,177 +104,122 @@ SELECT
   `i`.`price__post` AS `price__post`
 FROM `d8` AS `i`;
 
--- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(pid, did)]
--- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ+(devices_parts__did, devices_parts__pid)]
-CREATE OR REPLACE TEMPORARY VIEW `d41` AS
-SELECT
-  `i`.`devices_parts__did` AS `did`,
-  `i`.`parts__pid` AS `pid`,
-  `i`.`parts__price` AS `price`
-FROM (
-  SELECT
-    `o`.`parts__pid` AS `parts__pid`,
-    `o`.`parts__price` AS `parts__price`,
-    `i`.`devices_parts__did` AS `devices_parts__did`,
-    `i`.`devices_parts__pid` AS `devices_parts__pid`
-  FROM (
-    SELECT
-      `i`.`did` AS `devices_parts__did`,
-      `i`.`pid` AS `devices_parts__pid`
-    FROM `d4` AS `i`
-  ) AS `i`
-  JOIN (
-    SELECT
-      `q1`.`pid` AS `parts__pid`,
-      `q1`.`price` AS `parts__price`
-    FROM `parts` AS `q1`
-  ) AS `o`
-    ON `o`.`parts__pid` = `i`.`devices_parts__pid`
-) AS `i`
-JOIN (
-  SELECT
-    `q1`.`devices__did` AS `devices__did`,
-    `q1`.`devices__category` AS `devices__category`
-  FROM (
-    SELECT
-      `q2`.`did` AS `devices__did`,
-      `q2`.`category` AS `devices__category`
-    FROM `devices` AS `q2`
-  ) AS `q1`
-  WHERE
-    `devices__category` = 'phone'
-) AS `o`
-  ON `i`.`devices_parts__did` = `o`.`devices__did`;
-
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did, pid)]
--- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)  [Δ-(devices_parts__did, devices_parts__pid)]
--- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)  [Δ-(devices_parts__did, devices_parts__pid)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ-(devices_parts__did, devices_parts__pid)]
+-- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)
+-- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
+-- ∘ SCAN: base i-diff as the scan's i-diff
 CREATE OR REPLACE TEMPORARY VIEW `d42` AS
 SELECT
   `i`.`did` AS `did`,
   `i`.`pid` AS `pid`
 FROM `d5` AS `i`;
 
--- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(pid, did)]
--- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ Table 6 σ: Δ+ → σ_φ Δ+  [Δ+(devices__did)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ+(devices__did)]
-CREATE OR REPLACE TEMPORARY VIEW `d43` AS
+-- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did)]
+-- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
+-- ∘ ∪: the i-diffs of one schema merged (their union)
+-- ∘ Table 6 σ: Δ- → σ_φ(X_pre) Δ-
+-- ∘ SCAN: base i-diff as the scan's i-diff
+-- ∘ Table 6 σ: Δu → Δ- = σ_φ(X_pre) σ_¬φ(X) Δu
+CREATE OR REPLACE TEMPORARY VIEW `d44` AS
 SELECT
-  `o`.`devices_parts__did` AS `did`,
-  `o`.`parts__pid` AS `pid`,
-  `o`.`parts__price` AS `price`
+  `u`.`devices__did` AS `did`
 FROM (
   SELECT
     `i`.`did` AS `devices__did`,
-    `i`.`category` AS `devices__category`
-  FROM `d1` AS `i`
+    `i`.`category__pre` AS `devices__category__pre`
+  FROM `d2` AS `i`
   WHERE
     (
-      `i`.`category` = 'phone'
+      `i`.`category__pre` = 'phone'
     ) IS TRUE
-) AS `i`
-JOIN (
-  SELECT
-    `q1`.`parts__pid` AS `parts__pid`,
-    `q1`.`parts__price` AS `parts__price`,
-    `q3`.`devices_parts__did` AS `devices_parts__did`,
-    `q3`.`devices_parts__pid` AS `devices_parts__pid`
-  FROM (
-    SELECT
-      `q2`.`pid` AS `parts__pid`,
-      `q2`.`price` AS `parts__price`
-    FROM `parts` AS `q2`
-  ) AS `q1`
-  JOIN (
-    SELECT
-      `q4`.`did` AS `devices_parts__did`,
-      `q4`.`pid` AS `devices_parts__pid`
-    FROM `devices_parts` AS `q4`
-  ) AS `q3`
-    ON `parts__pid` = `devices_parts__pid`
-) AS `o`
-  ON `o`.`devices_parts__did` = `i`.`devices__did`;
-
--- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did)]
--- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)  [Δ-(devices__did; devices__category_pre)]
--- ∘ Table 6 σ: Δ- → σ_φ(X_pre) Δ-  [Δ-(devices__did; devices__category_pre)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ-(devices__did; devices__category_pre)]
-CREATE OR REPLACE TEMPORARY VIEW `d44` AS
-SELECT
-  `i`.`did` AS `did`
-FROM `d2` AS `i`
-WHERE
-  (
-    `i`.`category__pre` = 'phone'
-  ) IS TRUE;
-
--- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did)]
--- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)  [Δ-(devices__did; devices__category_pre)]
--- ∘ Table 6 σ: Δu → Δ- = σ_φ(X_pre) σ_¬φ(X) Δu  [Δ-(devices__did; devices__category_pre)]
-CREATE OR REPLACE TEMPORARY VIEW `d45` AS
-SELECT
-  `i`.`devices__did` AS `did`
-FROM `d21` AS `i`
-WHERE
-  (
-    `i`.`devices__category__pre` = 'phone'
-  ) IS TRUE
-  AND NOT (
-    `i`.`devices__category__post` = 'phone'
-  ) IS TRUE;
-
--- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(pid, did)]
--- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)  [Δ+(devices__did)]
--- ∘ Table 6 σ: rows entering σ_¬φ(X_pre) σ_φ(X) Δu  [Δu(devices__did; devices__category_pre; devices__category_post)]
-CREATE OR REPLACE TEMPORARY VIEW `d46` AS
-SELECT
-  `o`.`devices_parts__did` AS `did`,
-  `o`.`parts__pid` AS `pid`,
-  `o`.`parts__price` AS `price`
-FROM (
+  UNION
   SELECT
     `i`.`devices__did` AS `devices__did`,
-    `i`.`devices__category__post` AS `devices__category`
+    `i`.`devices__category__pre` AS `devices__category__pre`
   FROM `d21` AS `i`
   WHERE
     (
-      NOT (
-        `i`.`devices__category__pre` = 'phone'
+      `i`.`devices__category__pre` = 'phone'
+    ) IS TRUE
+    AND NOT (
+      `i`.`devices__category__post` = 'phone'
+    ) IS TRUE
+) AS `u`;
+
+-- ∪: the i-diffs of one schema merged (their union)  [Δ+(pid, did)]
+-- ∘ Table 8 π: Δ+ → π_{D,f(X)} Δ+ (×3)
+-- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post (×3)
+-- ∘ SCAN: base i-diff as the scan's i-diff (×3)
+-- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post (×2)
+-- ∘ ∪: the i-diffs of one schema merged (their union)
+-- ∘ Table 6 σ: Δ+ → σ_φ Δ+
+-- ∘ Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)
+-- ∘ Table 6 σ: rows entering σ_¬φ(X_pre) σ_φ(X) Δu
+CREATE OR REPLACE TEMPORARY VIEW `d45` AS
+SELECT
+  `u`.`did` AS `did`,
+  `u`.`pid` AS `pid`,
+  `u`.`price` AS `price`
+FROM (
+  SELECT
+    `q1_2`.`did` AS `did`,
+    `i`.`pid` AS `pid`,
+    `i`.`price` AS `price`
+  FROM `d6` AS `i`
+  JOIN `devices_parts` AS `q1_2`
+    ON `i`.`pid` = `q1_2`.`pid`
+  JOIN `devices` AS `q1`
+    ON `q1_2`.`did` = `q1`.`did`
+  WHERE
+    `q1`.`category` = 'phone'
+  UNION
+  SELECT
+    `i`.`did` AS `did`,
+    `q1_2`.`pid` AS `pid`,
+    `q1_2`.`price` AS `price`
+  FROM `d4` AS `i`
+  JOIN `parts` AS `q1_2`
+    ON `q1_2`.`pid` = `i`.`pid`
+  JOIN `devices` AS `q1`
+    ON `i`.`did` = `q1`.`did`
+  WHERE
+    `q1`.`category` = 'phone'
+  UNION
+  SELECT
+    `q2`.`did` AS `did`,
+    `q1`.`pid` AS `pid`,
+    `q1`.`price` AS `price`
+  FROM (
+    SELECT
+      `i`.`did` AS `devices__did`,
+      `i`.`category` AS `devices__category`
+    FROM `d1` AS `i`
+    WHERE
+      (
+        `i`.`category` = 'phone'
       ) IS TRUE
+    UNION
+    SELECT
+      `i`.`devices__did` AS `devices__did`,
+      `i`.`devices__category__post` AS `devices__category`
+    FROM `d21` AS `i`
+    WHERE
+      (
+        NOT (
+          `i`.`devices__category__pre` = 'phone'
+        ) IS TRUE
+        AND (
+          `i`.`devices__category__post` = 'phone'
+        ) IS TRUE
+      )
       AND (
         `i`.`devices__category__post` = 'phone'
       ) IS TRUE
-    )
-    AND (
-      `i`.`devices__category__post` = 'phone'
-    ) IS TRUE
-) AS `i`
-JOIN (
-  SELECT
-    `q1`.`parts__pid` AS `parts__pid`,
-    `q1`.`parts__price` AS `parts__price`,
-    `q3`.`devices_parts__did` AS `devices_parts__did`,
-    `q3`.`devices_parts__pid` AS `devices_parts__pid`
-  FROM (
-    SELECT
-      `q2`.`pid` AS `parts__pid`,
-      `q2`.`price` AS `parts__price`
-    FROM `parts` AS `q2`
-  ) AS `q1`
-  JOIN (
-    SELECT
-      `q4`.`did` AS `devices_parts__did`,
-      `q4`.`pid` AS `devices_parts__pid`
-    FROM `devices_parts` AS `q4`
-  ) AS `q3`
-    ON `parts__pid` = `devices_parts__pid`
-) AS `o`
-  ON `o`.`devices_parts__did` = `i`.`devices__did`;
+  ) AS `u`
+  CROSS JOIN `parts` AS `q1`
+  JOIN `devices_parts` AS `q2`
+    ON `q1`.`pid` = `q2`.`pid` AND `q2`.`did` = `u`.`devices__did`
+) AS `u`;
 
 -- APPLY Δ-(pid; price_pre) to v__store (view)
 MERGE INTO `v__store` AS `v`
@@ -340,12 +239,6 @@ USING `d44` AS `d`
 ON `v`.`did` = `d`.`did`
 WHEN MATCHED THEN DELETE;
 
--- APPLY Δ-(did) to v__store (view)
-MERGE INTO `v__store` AS `v`
-USING `d45` AS `d`
-ON `v`.`did` = `d`.`did`
-WHEN MATCHED THEN DELETE;
-
 -- APPLY Δu(pid; price_pre; price_post) to v__store (view)
 MERGE INTO `v__store` AS `v`
 USING `d40` AS `d`
@@ -360,49 +253,7 @@ USING (
     `did` AS `did`,
     `pid` AS `pid`,
     `price` AS `price`
-  FROM `d38`
-) AS `d`
-ON `v`.`pid` = `d`.`pid` AND `v`.`did` = `d`.`did`
-WHEN MATCHED THEN UPDATE SET
-  `v`.`price` = `d`.`price`
-WHEN NOT MATCHED THEN INSERT (`did`, `pid`, `price`) VALUES (`d`.`did`, `d`.`pid`, `d`.`price`);
-
--- APPLY Δ+(pid, did) to v__store (view)
-MERGE INTO `v__store` AS `v`
-USING (
-  SELECT DISTINCT
-    `did` AS `did`,
-    `pid` AS `pid`,
-    `price` AS `price`
-  FROM `d41`
-) AS `d`
-ON `v`.`pid` = `d`.`pid` AND `v`.`did` = `d`.`did`
-WHEN MATCHED THEN UPDATE SET
-  `v`.`price` = `d`.`price`
-WHEN NOT MATCHED THEN INSERT (`did`, `pid`, `price`) VALUES (`d`.`did`, `d`.`pid`, `d`.`price`);
-
--- APPLY Δ+(pid, did) to v__store (view)
-MERGE INTO `v__store` AS `v`
-USING (
-  SELECT DISTINCT
-    `did` AS `did`,
-    `pid` AS `pid`,
-    `price` AS `price`
-  FROM `d43`
-) AS `d`
-ON `v`.`pid` = `d`.`pid` AND `v`.`did` = `d`.`did`
-WHEN MATCHED THEN UPDATE SET
-  `v`.`price` = `d`.`price`
-WHEN NOT MATCHED THEN INSERT (`did`, `pid`, `price`) VALUES (`d`.`did`, `d`.`pid`, `d`.`price`);
-
--- APPLY Δ+(pid, did) to v__store (view)
-MERGE INTO `v__store` AS `v`
-USING (
-  SELECT DISTINCT
-    `did` AS `did`,
-    `pid` AS `pid`,
-    `price` AS `price`
-  FROM `d46`
+  FROM `d45`
 ) AS `d`
 ON `v`.`pid` = `d`.`pid` AND `v`.`did` = `d`.`did`
 WHEN MATCHED THEN UPDATE SET

@@ -85,54 +85,9 @@ SELECT
   "i"."category__post" AS "devices__category__post"
 FROM "d3" AS "i";
 
--- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(__id_parts__pid, g__expr)]
--- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ+(parts__pid)]
-CREATE TEMPORARY TABLE "d38" AS
-SELECT
-  "i"."devices_parts__did" AS "g__expr",
-  "i"."parts__price" AS "parts__price",
-  "i"."parts__pid" AS "__id_parts__pid"
-FROM (
-  SELECT
-    "i"."parts__pid" AS "parts__pid",
-    "i"."parts__price" AS "parts__price",
-    "o"."devices_parts__did" AS "devices_parts__did",
-    "o"."devices_parts__pid" AS "devices_parts__pid"
-  FROM (
-    SELECT
-      "i"."pid" AS "parts__pid",
-      "i"."price" AS "parts__price"
-    FROM "d6" AS "i"
-  ) AS "i"
-  JOIN (
-    SELECT
-      "q1"."did" AS "devices_parts__did",
-      "q1"."pid" AS "devices_parts__pid"
-    FROM "devices_parts" AS "q1"
-  ) AS "o"
-    ON "i"."parts__pid" = "o"."devices_parts__pid"
-) AS "i"
-JOIN (
-  SELECT
-    "q1"."devices__did" AS "devices__did",
-    "q1"."devices__category" AS "devices__category"
-  FROM (
-    SELECT
-      "q2"."did" AS "devices__did",
-      "q2"."category" AS "devices__category"
-    FROM "devices" AS "q2"
-  ) AS "q1"
-  WHERE
-    "devices__category" = 'phone'
-) AS "o"
-  ON "i"."devices_parts__did" = "o"."devices__did";
-
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(__id_parts__pid; parts__price_pre)]
--- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)  [Δ-(parts__pid; parts__price_pre)]
--- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)  [Δ-(parts__pid; parts__price_pre)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ-(parts__pid; parts__price_pre)]
+-- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l) (×2)
+-- ∘ SCAN: base i-diff as the scan's i-diff
 CREATE TEMPORARY TABLE "d39" AS
 SELECT
   "i"."pid" AS "__id_parts__pid",
@@ -140,9 +95,8 @@ SELECT
 FROM "d7" AS "i";
 
 -- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(__id_parts__pid; parts__price_pre; parts__price_post)]
--- ∘ Table 10 ⋈: Δu_l on non-join attributes passes  [Δu(parts__pid; parts__price_pre; parts__price_post)]
--- ∘ Table 10 ⋈: Δu_l on non-join attributes passes  [Δu(parts__pid; parts__price_pre; parts__price_post)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δu(parts__pid; parts__price_pre; parts__price_post)]
+-- ∘ Table 10 ⋈: Δu_l on non-join attributes passes (×2)
+-- ∘ SCAN: base i-diff as the scan's i-diff
 CREATE TEMPORARY TABLE "d40" AS
 SELECT
   "i"."pid" AS "__id_parts__pid",
@@ -150,177 +104,122 @@ SELECT
   "i"."price__post" AS "parts__price__post"
 FROM "d8" AS "i";
 
--- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(__id_parts__pid, g__expr)]
--- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ+(devices_parts__did, devices_parts__pid)]
-CREATE TEMPORARY TABLE "d41" AS
-SELECT
-  "i"."devices_parts__did" AS "g__expr",
-  "i"."parts__price" AS "parts__price",
-  "i"."parts__pid" AS "__id_parts__pid"
-FROM (
-  SELECT
-    "o"."parts__pid" AS "parts__pid",
-    "o"."parts__price" AS "parts__price",
-    "i"."devices_parts__did" AS "devices_parts__did",
-    "i"."devices_parts__pid" AS "devices_parts__pid"
-  FROM (
-    SELECT
-      "i"."did" AS "devices_parts__did",
-      "i"."pid" AS "devices_parts__pid"
-    FROM "d4" AS "i"
-  ) AS "i"
-  JOIN (
-    SELECT
-      "q1"."pid" AS "parts__pid",
-      "q1"."price" AS "parts__price"
-    FROM "parts" AS "q1"
-  ) AS "o"
-    ON "o"."parts__pid" = "i"."devices_parts__pid"
-) AS "i"
-JOIN (
-  SELECT
-    "q1"."devices__did" AS "devices__did",
-    "q1"."devices__category" AS "devices__category"
-  FROM (
-    SELECT
-      "q2"."did" AS "devices__did",
-      "q2"."category" AS "devices__category"
-    FROM "devices" AS "q2"
-  ) AS "q1"
-  WHERE
-    "devices__category" = 'phone'
-) AS "o"
-  ON "i"."devices_parts__did" = "o"."devices__did";
-
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(g__expr, __id_parts__pid)]
--- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)  [Δ-(devices_parts__did, devices_parts__pid)]
--- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)  [Δ-(devices_parts__did, devices_parts__pid)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ-(devices_parts__did, devices_parts__pid)]
+-- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)
+-- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
+-- ∘ SCAN: base i-diff as the scan's i-diff
 CREATE TEMPORARY TABLE "d42" AS
 SELECT
   "i"."did" AS "g__expr",
   "i"."pid" AS "__id_parts__pid"
 FROM "d5" AS "i";
 
--- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(__id_parts__pid, g__expr)]
--- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ Table 6 σ: Δ+ → σ_φ Δ+  [Δ+(devices__did)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ+(devices__did)]
-CREATE TEMPORARY TABLE "d43" AS
+-- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(g__expr)]
+-- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
+-- ∘ ∪: the i-diffs of one schema merged (their union)
+-- ∘ Table 6 σ: Δ- → σ_φ(X_pre) Δ-
+-- ∘ SCAN: base i-diff as the scan's i-diff
+-- ∘ Table 6 σ: Δu → Δ- = σ_φ(X_pre) σ_¬φ(X) Δu
+CREATE TEMPORARY TABLE "d44" AS
 SELECT
-  "o"."devices_parts__did" AS "g__expr",
-  "o"."parts__price" AS "parts__price",
-  "o"."parts__pid" AS "__id_parts__pid"
+  "u"."devices__did" AS "g__expr"
 FROM (
   SELECT
     "i"."did" AS "devices__did",
-    "i"."category" AS "devices__category"
-  FROM "d1" AS "i"
+    "i"."category__pre" AS "devices__category__pre"
+  FROM "d2" AS "i"
   WHERE
     (
-      "i"."category" = 'phone'
+      "i"."category__pre" = 'phone'
     ) IS TRUE
-) AS "i"
-JOIN (
-  SELECT
-    "q1"."parts__pid" AS "parts__pid",
-    "q1"."parts__price" AS "parts__price",
-    "q3"."devices_parts__did" AS "devices_parts__did",
-    "q3"."devices_parts__pid" AS "devices_parts__pid"
-  FROM (
-    SELECT
-      "q2"."pid" AS "parts__pid",
-      "q2"."price" AS "parts__price"
-    FROM "parts" AS "q2"
-  ) AS "q1"
-  JOIN (
-    SELECT
-      "q4"."did" AS "devices_parts__did",
-      "q4"."pid" AS "devices_parts__pid"
-    FROM "devices_parts" AS "q4"
-  ) AS "q3"
-    ON "parts__pid" = "devices_parts__pid"
-) AS "o"
-  ON "o"."devices_parts__did" = "i"."devices__did";
-
--- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(g__expr)]
--- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)  [Δ-(devices__did; devices__category_pre)]
--- ∘ Table 6 σ: Δ- → σ_φ(X_pre) Δ-  [Δ-(devices__did; devices__category_pre)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δ-(devices__did; devices__category_pre)]
-CREATE TEMPORARY TABLE "d44" AS
-SELECT
-  "i"."did" AS "g__expr"
-FROM "d2" AS "i"
-WHERE
-  (
-    "i"."category__pre" = 'phone'
-  ) IS TRUE;
-
--- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(g__expr)]
--- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)  [Δ-(devices__did; devices__category_pre)]
--- ∘ Table 6 σ: Δu → Δ- = σ_φ(X_pre) σ_¬φ(X) Δu  [Δ-(devices__did; devices__category_pre)]
-CREATE TEMPORARY TABLE "d45" AS
-SELECT
-  "i"."devices__did" AS "g__expr"
-FROM "d21" AS "i"
-WHERE
-  (
-    "i"."devices__category__pre" = 'phone'
-  ) IS TRUE
-  AND NOT (
-    "i"."devices__category__post" = 'phone'
-  ) IS TRUE;
-
--- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(__id_parts__pid, g__expr)]
--- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post  [Δ+(parts__pid, devices_parts__did)]
--- ∘ Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)  [Δ+(devices__did)]
--- ∘ Table 6 σ: rows entering σ_¬φ(X_pre) σ_φ(X) Δu  [Δu(devices__did; devices__category_pre; devices__category_post)]
-CREATE TEMPORARY TABLE "d46" AS
-SELECT
-  "o"."devices_parts__did" AS "g__expr",
-  "o"."parts__price" AS "parts__price",
-  "o"."parts__pid" AS "__id_parts__pid"
-FROM (
+  UNION
   SELECT
     "i"."devices__did" AS "devices__did",
-    "i"."devices__category__post" AS "devices__category"
+    "i"."devices__category__pre" AS "devices__category__pre"
   FROM "d21" AS "i"
   WHERE
     (
-      NOT (
-        "i"."devices__category__pre" = 'phone'
+      "i"."devices__category__pre" = 'phone'
+    ) IS TRUE
+    AND NOT (
+      "i"."devices__category__post" = 'phone'
+    ) IS TRUE
+) AS "u";
+
+-- ∪: the i-diffs of one schema merged (their union)  [Δ+(__id_parts__pid, g__expr)]
+-- ∘ Table 8 π: Δ+ → π_{D,f(X)} Δ+ (×3)
+-- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post (×3)
+-- ∘ SCAN: base i-diff as the scan's i-diff (×3)
+-- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post (×2)
+-- ∘ ∪: the i-diffs of one schema merged (their union)
+-- ∘ Table 6 σ: Δ+ → σ_φ Δ+
+-- ∘ Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)
+-- ∘ Table 6 σ: rows entering σ_¬φ(X_pre) σ_φ(X) Δu
+CREATE TEMPORARY TABLE "d45" AS
+SELECT
+  "u"."g__expr" AS "g__expr",
+  "u"."parts__price" AS "parts__price",
+  "u"."__id_parts__pid" AS "__id_parts__pid"
+FROM (
+  SELECT
+    "q1_2"."did" AS "g__expr",
+    "i"."price" AS "parts__price",
+    "i"."pid" AS "__id_parts__pid"
+  FROM "d6" AS "i"
+  JOIN "devices_parts" AS "q1_2"
+    ON "i"."pid" = "q1_2"."pid"
+  JOIN "devices" AS "q1"
+    ON "q1_2"."did" = "q1"."did"
+  WHERE
+    "q1"."category" = 'phone'
+  UNION
+  SELECT
+    "i"."did" AS "g__expr",
+    "q1_2"."price" AS "parts__price",
+    "q1_2"."pid" AS "__id_parts__pid"
+  FROM "d4" AS "i"
+  JOIN "parts" AS "q1_2"
+    ON "q1_2"."pid" = "i"."pid"
+  JOIN "devices" AS "q1"
+    ON "i"."did" = "q1"."did"
+  WHERE
+    "q1"."category" = 'phone'
+  UNION
+  SELECT
+    "q2"."did" AS "g__expr",
+    "q1"."price" AS "parts__price",
+    "q1"."pid" AS "__id_parts__pid"
+  FROM (
+    SELECT
+      "i"."did" AS "devices__did",
+      "i"."category" AS "devices__category"
+    FROM "d1" AS "i"
+    WHERE
+      (
+        "i"."category" = 'phone'
       ) IS TRUE
+    UNION
+    SELECT
+      "i"."devices__did" AS "devices__did",
+      "i"."devices__category__post" AS "devices__category"
+    FROM "d21" AS "i"
+    WHERE
+      (
+        NOT (
+          "i"."devices__category__pre" = 'phone'
+        ) IS TRUE
+        AND (
+          "i"."devices__category__post" = 'phone'
+        ) IS TRUE
+      )
       AND (
         "i"."devices__category__post" = 'phone'
       ) IS TRUE
-    )
-    AND (
-      "i"."devices__category__post" = 'phone'
-    ) IS TRUE
-) AS "i"
-JOIN (
-  SELECT
-    "q1"."parts__pid" AS "parts__pid",
-    "q1"."parts__price" AS "parts__price",
-    "q3"."devices_parts__did" AS "devices_parts__did",
-    "q3"."devices_parts__pid" AS "devices_parts__pid"
-  FROM (
-    SELECT
-      "q2"."pid" AS "parts__pid",
-      "q2"."price" AS "parts__price"
-    FROM "parts" AS "q2"
-  ) AS "q1"
-  JOIN (
-    SELECT
-      "q4"."did" AS "devices_parts__did",
-      "q4"."pid" AS "devices_parts__pid"
-    FROM "devices_parts" AS "q4"
-  ) AS "q3"
-    ON "parts__pid" = "devices_parts__pid"
-) AS "o"
-  ON "o"."devices_parts__did" = "i"."devices__did";
+  ) AS "u"
+  CROSS JOIN "parts" AS "q1"
+  JOIN "devices_parts" AS "q2"
+    ON "q1"."pid" = "q2"."pid" AND "q2"."did" = "u"."devices__did"
+) AS "u";
 
 -- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_pre)
 CREATE TEMPORARY TABLE "v_prime__cache7__old" AS
@@ -333,79 +232,43 @@ WHERE
   (
     (
       (
-        (
-          (
-            (
-              (
-                EXISTS(
-                  SELECT
-                    1
-                  FROM "d38" AS "z"
-                  WHERE
-                    "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
-                )
-                OR EXISTS(
-                  SELECT
-                    1
-                  FROM "d39" AS "z"
-                  WHERE
-                    "x"."__id_parts__pid" = "z"."__id_parts__pid"
-                )
-              )
-              OR EXISTS(
-                SELECT
-                  1
-                FROM "d40" AS "z"
-                WHERE
-                  "x"."__id_parts__pid" = "z"."__id_parts__pid"
-              )
-            )
-            OR EXISTS(
-              SELECT
-                1
-              FROM "d41" AS "z"
-              WHERE
-                "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
-            )
-          )
-          OR EXISTS(
-            SELECT
-              1
-            FROM "d42" AS "z"
-            WHERE
-              "x"."g__expr" = "z"."g__expr" AND "x"."__id_parts__pid" = "z"."__id_parts__pid"
-          )
+        EXISTS(
+          SELECT
+            1
+          FROM "d45" AS "z"
+          WHERE
+            "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
         )
         OR EXISTS(
           SELECT
             1
-          FROM "d43" AS "z"
+          FROM "d39" AS "z"
           WHERE
-            "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
+            "x"."__id_parts__pid" = "z"."__id_parts__pid"
         )
       )
       OR EXISTS(
         SELECT
           1
-        FROM "d44" AS "z"
+        FROM "d40" AS "z"
         WHERE
-          "x"."g__expr" = "z"."g__expr"
+          "x"."__id_parts__pid" = "z"."__id_parts__pid"
       )
     )
     OR EXISTS(
       SELECT
         1
-      FROM "d45" AS "z"
+      FROM "d42" AS "z"
       WHERE
-        "x"."g__expr" = "z"."g__expr"
+        "x"."g__expr" = "z"."g__expr" AND "x"."__id_parts__pid" = "z"."__id_parts__pid"
     )
   )
   OR EXISTS(
     SELECT
       1
-    FROM "d46" AS "z"
+    FROM "d44" AS "z"
     WHERE
-      "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
+      "x"."g__expr" = "z"."g__expr"
   );
 
 -- APPLY Δ-(__id_parts__pid; parts__price_pre) to v_prime__cache7 (cache: input of γ)
@@ -441,17 +304,6 @@ WHERE
       "v"."g__expr" = "d"."g__expr"
   );
 
--- APPLY Δ-(g__expr) to v_prime__cache7 (cache: input of γ)
-DELETE FROM "v_prime__cache7" AS "v"
-WHERE
-  EXISTS(
-    SELECT
-      1
-    FROM "d45" AS "d"
-    WHERE
-      "v"."g__expr" = "d"."g__expr"
-  );
-
 -- APPLY Δu(__id_parts__pid; parts__price_pre; parts__price_post) to v_prime__cache7 (cache: input of γ)
 UPDATE "v_prime__cache7" AS "v" SET "parts__price" = "d"."parts__price__post"
 FROM "d40" AS "d"
@@ -468,43 +320,7 @@ SELECT DISTINCT
   "d"."g__expr" AS "g__expr",
   "d"."parts__price" AS "parts__price",
   "d"."__id_parts__pid" AS "__id_parts__pid"
-FROM "d38" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
-
--- APPLY Δ+(__id_parts__pid, g__expr) to v_prime__cache7 (cache: input of γ)
-INSERT INTO "v_prime__cache7" (
-  "g__expr",
-  "parts__price",
-  "__id_parts__pid"
-)
-SELECT DISTINCT
-  "d"."g__expr" AS "g__expr",
-  "d"."parts__price" AS "parts__price",
-  "d"."__id_parts__pid" AS "__id_parts__pid"
-FROM "d41" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
-
--- APPLY Δ+(__id_parts__pid, g__expr) to v_prime__cache7 (cache: input of γ)
-INSERT INTO "v_prime__cache7" (
-  "g__expr",
-  "parts__price",
-  "__id_parts__pid"
-)
-SELECT DISTINCT
-  "d"."g__expr" AS "g__expr",
-  "d"."parts__price" AS "parts__price",
-  "d"."__id_parts__pid" AS "__id_parts__pid"
-FROM "d43" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
-
--- APPLY Δ+(__id_parts__pid, g__expr) to v_prime__cache7 (cache: input of γ)
-INSERT INTO "v_prime__cache7" (
-  "g__expr",
-  "parts__price",
-  "__id_parts__pid"
-)
-SELECT DISTINCT
-  "d"."g__expr" AS "g__expr",
-  "d"."parts__price" AS "parts__price",
-  "d"."__id_parts__pid" AS "__id_parts__pid"
-FROM "d46" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
+FROM "d45" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
 
 -- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_post)
 CREATE TEMPORARY TABLE "v_prime__cache7__new" AS
@@ -517,83 +333,47 @@ WHERE
   (
     (
       (
-        (
-          (
-            (
-              (
-                EXISTS(
-                  SELECT
-                    1
-                  FROM "d38" AS "z"
-                  WHERE
-                    "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
-                )
-                OR EXISTS(
-                  SELECT
-                    1
-                  FROM "d39" AS "z"
-                  WHERE
-                    "x"."__id_parts__pid" = "z"."__id_parts__pid"
-                )
-              )
-              OR EXISTS(
-                SELECT
-                  1
-                FROM "d40" AS "z"
-                WHERE
-                  "x"."__id_parts__pid" = "z"."__id_parts__pid"
-              )
-            )
-            OR EXISTS(
-              SELECT
-                1
-              FROM "d41" AS "z"
-              WHERE
-                "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
-            )
-          )
-          OR EXISTS(
-            SELECT
-              1
-            FROM "d42" AS "z"
-            WHERE
-              "x"."g__expr" = "z"."g__expr" AND "x"."__id_parts__pid" = "z"."__id_parts__pid"
-          )
+        EXISTS(
+          SELECT
+            1
+          FROM "d45" AS "z"
+          WHERE
+            "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
         )
         OR EXISTS(
           SELECT
             1
-          FROM "d43" AS "z"
+          FROM "d39" AS "z"
           WHERE
-            "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
+            "x"."__id_parts__pid" = "z"."__id_parts__pid"
         )
       )
       OR EXISTS(
         SELECT
           1
-        FROM "d44" AS "z"
+        FROM "d40" AS "z"
         WHERE
-          "x"."g__expr" = "z"."g__expr"
+          "x"."__id_parts__pid" = "z"."__id_parts__pid"
       )
     )
     OR EXISTS(
       SELECT
         1
-      FROM "d45" AS "z"
+      FROM "d42" AS "z"
       WHERE
-        "x"."g__expr" = "z"."g__expr"
+        "x"."g__expr" = "z"."g__expr" AND "x"."__id_parts__pid" = "z"."__id_parts__pid"
     )
   )
   OR EXISTS(
     SELECT
       1
-    FROM "d46" AS "z"
+    FROM "d44" AS "z"
     WHERE
-      "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
+      "x"."g__expr" = "z"."g__expr"
   );
 
 -- Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
-CREATE TEMPORARY TABLE "d47" AS
+CREATE TEMPORARY TABLE "d46" AS
 SELECT
   "d"."g__expr" AS "g__expr",
   "o"."agg__sum" AS "agg__sum__pre",
@@ -644,7 +424,7 @@ LEFT JOIN (
 
 -- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id___cnt_post, __id___nn_agg__sum_post)]
 -- ∘ γ: Δu for groups that stay (σ_isupd)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
-CREATE TEMPORARY TABLE "d51" AS
+CREATE TEMPORARY TABLE "d50" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__pre" AS "cost__pre",
@@ -653,7 +433,7 @@ SELECT
   "s"."agg__sum__post" AS "cost__post",
   "s"."__cnt__post" AS "__id___cnt__post",
   "s"."__nn_agg__sum__post" AS "__id___nn_agg__sum__post"
-FROM "d47" AS "s"
+FROM "d46" AS "s"
 WHERE
   NOT "s"."__cnt__pre" IS NULL
   AND "s"."__cnt__post" > 0
@@ -665,25 +445,25 @@ WHERE
 
 -- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(did)]
 -- ∘ γ: Δ+ for groups created (count(*) from 0)  [Δ+(g__expr)]
-CREATE TEMPORARY TABLE "d52" AS
+CREATE TEMPORARY TABLE "d51" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__post" AS "cost",
   "s"."__cnt__post" AS "__id___cnt",
   "s"."__nn_agg__sum__post" AS "__id___nn_agg__sum"
-FROM "d47" AS "s"
+FROM "d46" AS "s"
 WHERE
   "s"."__cnt__pre" IS NULL AND "s"."__cnt__post" > 0;
 
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre)]
 -- ∘ γ: Δ- for groups emptied (count(*) to 0)  [Δ-(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre)]
-CREATE TEMPORARY TABLE "d53" AS
+CREATE TEMPORARY TABLE "d52" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__pre" AS "cost__pre",
   "s"."__cnt__pre" AS "__id___cnt__pre",
   "s"."__nn_agg__sum__pre" AS "__id___nn_agg__sum__pre"
-FROM "d47" AS "s"
+FROM "d46" AS "s"
 WHERE
   NOT "s"."__cnt__pre" IS NULL AND NOT "s"."__cnt__post" > 0;
 
@@ -693,14 +473,14 @@ WHERE
   EXISTS(
     SELECT
       1
-    FROM "d53" AS "d"
+    FROM "d52" AS "d"
     WHERE
       "v"."did" = "d"."did"
   );
 
 -- APPLY Δu(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id___cnt_post, __id___nn_agg__sum_post) to v_prime__store (view)
 UPDATE "v_prime__store" AS "v" SET "cost" = "d"."cost__post", "__id___cnt" = "d"."__id___cnt__post", "__id___nn_agg__sum" = "d"."__id___nn_agg__sum__post"
-FROM "d51" AS "d"
+FROM "d50" AS "d"
 WHERE
   "v"."did" = "d"."did";
 
@@ -716,5 +496,5 @@ SELECT DISTINCT
   "d"."cost" AS "cost",
   "d"."__id___cnt" AS "__id___cnt",
   "d"."__id___nn_agg__sum" AS "__id___nn_agg__sum"
-FROM "d52" AS "d" ON CONFLICT("did") DO UPDATE SET "cost" = "excluded"."cost", "__id___cnt" = "excluded"."__id___cnt", "__id___nn_agg__sum" = "excluded"."__id___nn_agg__sum";
+FROM "d51" AS "d" ON CONFLICT("did") DO UPDATE SET "cost" = "excluded"."cost", "__id___cnt" = "excluded"."__id___cnt", "__id___nn_agg__sum" = "excluded"."__id___nn_agg__sum";
 

@@ -12,9 +12,8 @@ WHERE
   AND "g"."price__pre" IS DISTINCT FROM "g"."price__post";
 
 -- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(__id_parts__pid; parts__price_pre; parts__price_post)]
--- ∘ Table 10 ⋈: Δu_l on non-join attributes passes  [Δu(parts__pid; parts__price_pre; parts__price_post)]
--- ∘ Table 10 ⋈: Δu_l on non-join attributes passes  [Δu(parts__pid; parts__price_pre; parts__price_post)]
--- ∘ SCAN: base i-diff as the scan's i-diff  [Δu(parts__pid; parts__price_pre; parts__price_post)]
+-- ∘ Table 10 ⋈: Δu_l on non-join attributes passes (×2)
+-- ∘ SCAN: base i-diff as the scan's i-diff
 CREATE TEMPORARY TABLE "d5" AS
 SELECT
   "i"."pid" AS "__id_parts__pid",

@@ -10,7 +10,6 @@ measured on these machines (``../shared/dbtoaster-data/README.md``).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import sys
@@ -22,34 +21,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from idivm.bench.tpch import TPCH_DDL, load_tpch_extension
 from idivm.catalog import Catalog
-
-TPCH_DDL = """
-create table part(p_partkey int primary key, p_name text not null, p_mfgr text not null,
-  p_brand text not null, p_type text not null, p_size int not null, p_container text not null,
-  p_retailprice numeric not null, p_comment text not null);
-create table supplier(s_suppkey int primary key, s_name text not null, s_address text not null,
-  s_nationkey int not null, s_phone text not null, s_acctbal numeric not null,
-  s_comment text not null);
-create table partsupp(ps_partkey int not null, ps_suppkey int not null, ps_availqty int not null,
-  ps_supplycost numeric not null, ps_comment text not null, primary key (ps_partkey, ps_suppkey));
-create table customer(c_custkey int primary key, c_name text not null, c_address text not null,
-  c_nationkey int not null, c_phone text not null, c_acctbal numeric not null,
-  c_mktsegment text not null, c_comment text not null);
-create table orders(o_orderkey int primary key, o_custkey int not null,
-  o_orderstatus text not null, o_totalprice numeric not null, o_orderdate date not null,
-  o_orderpriority text not null, o_clerk text not null, o_shippriority int not null,
-  o_comment text not null);
-create table lineitem(l_orderkey int not null, l_partkey int not null, l_suppkey int not null,
-  l_linenumber int not null, l_quantity numeric not null, l_extendedprice numeric not null,
-  l_discount numeric not null, l_tax numeric not null, l_returnflag text not null,
-  l_linestatus text not null, l_shipdate date not null, l_commitdate date not null,
-  l_receiptdate date not null, l_shipinstruct text not null, l_shipmode text not null,
-  l_comment text not null, primary key (l_orderkey, l_linenumber));
-create table nation(n_nationkey int primary key, n_name text not null, n_regionkey int not null,
-  n_comment text not null);
-create table region(r_regionkey int primary key, r_name text not null, r_comment text not null);
-"""
 
 FINANCE_DDL = """
 create table bids(t bigint not null, id bigint primary key, broker_id bigint not null,
@@ -134,14 +107,8 @@ def tpch_dir(sf: float, cache: Path, console: Console) -> Path:
         return out
     import duckdb
 
-    ext = glob.glob(str(Path(duckdb.__file__).parent.parent / "duckdb_ext" / "**" /
-                        "tpch.duckdb_extension*"), recursive=True)
     con = duckdb.connect()
-    if ext:
-        con.execute(f"LOAD '{ext[0]}'")
-    else:
-        con.execute("INSTALL tpch")
-        con.execute("LOAD tpch")
+    load_tpch_extension(con)
     console.print(f"generating TPC-H SF {sf:g} with DuckDB into {out}")
     con.execute(f"CALL dbgen(sf={float(sf)})")
     out.mkdir(parents=True, exist_ok=True)

@@ -169,6 +169,13 @@ def _apply(m: Materialized, d: DiffNode) -> Apply:
                  f"APPLY {s.describe()} to {m.name} ({m.role})")
 
 
+def _row_wise_scan(node: A.Node) -> A.Scan | None:
+    """The one scan below ``node`` when only σ and π lie between them."""
+    while isinstance(node, A.Select | A.Project):
+        node = node.children[0]
+    return node if isinstance(node, A.Scan) else None
+
+
 # -- placeholder resolution -----------------------------------------------------------------
 
 
@@ -238,26 +245,44 @@ class Resolver:
         return select([(k, c(v, "w")) for k, v in mapping.items()], t(view.name, "w"))
 
     def old_new(self, nid: int, which: str, applied: frozenset[int]) -> exp.Expr:
+        """The rows of operator ``nid`` its i-diffs touch, before (``old``) or after
+        (``new``) the changes."""
         node = self.nodes[nid]
         if isinstance(node, A.Scan):
             return self.base_side(node, which)
         if nid in self.mats:
             return t(f"{self.mats[nid].name}__{which}")
+        scan = _row_wise_scan(node)
+        if scan is not None:
+            # σ/π over one table: the changed rows' pre- (post-) images through σ/π. A
+            # superset of the touched rows, the same keys on both sides, so rows that did not
+            # change cancel in what reads old against new.
+            side = self.base_side(scan, which)
+            return render(node, lambda n: side.copy() if n is scan else None, self.types)
         info = self.infos[nid]
-        diffs = self.dag.by_node.get(nid, ())
         state = self.state(nid, "pre" if which == "old" else "post", applied)
-        nullable = frozenset(k for k in node.columns if info.nullable.get(k, True))
-        # one semi-join per i-diff, united: an engine can drive each from its (small) i-diff
-        # through the IDs' indexes, where an OR of EXISTS makes it compute the whole state
-        # (the rows are unique by the node's IDs, so UNION loses nothing)
-        parts = [select([(k, c(k, "s")) for k in node.columns], subquery(state.copy(), "s"),
-                        touches(node.columns, (d,), "s", nullable, info.ids)) for d in diffs]
-        if len(parts) <= 1:
-            return parts[0] if parts else select([(k, c(k, "s")) for k in node.columns],
-                                                 subquery(state, "s"), exp.false())
+        nullable = {k: True for k in node.columns if info.nullable.get(k, True)}
+        # one semi-join per set of IDs the i-diffs name rows by, with the union of those
+        # i-diffs' IDs: an engine drives it from the (small) union through the IDs' indexes,
+        # and the state is written once per ID set, not once per i-diff
+        by_ids: dict[tuple[str, ...], list[DiffNode]] = {}
+        for d in self.dag.by_node.get(nid, ()):
+            by_ids.setdefault(info.ids if d.schema.kind == "ins" else d.schema.ids,
+                              []).append(d)
+        parts = []
+        for ids, ds in by_ids.items():
+            named = union_all([select([(k, c(k, "z")) for k in ids], t(d.name, "z"))
+                               for d in ds])
+            probe = exists(subquery(named, "z"), match([(k, k) for k in ids], "s", "z",
+                                                       nullable))
+            parts.append(select([(k, c(k, "s")) for k in node.columns],
+                                subquery(state.copy(), "s"), probe))
+        if not parts:
+            return select([(k, c(k, "s")) for k in node.columns], subquery(state, "s"),
+                          exp.false())
         out: exp.Expr = parts[0]
-        for q in parts[1:]:
-            out = exp.union(out, q, distinct=True)
+        for q in parts[1:]:  # rows are unique by the node's IDs: UNION loses nothing
+            out = exp.union(out, q, distinct=True, copy=False)
         return out
 
     def fetch(self, which: str, nid: int, diff: str, applied: frozenset[int]) -> exp.Expr:
@@ -299,4 +324,4 @@ class Resolver:
                 return t(rel.name, alias or None)
             return subquery(rel, alias or n.name)
 
-        return q.copy().transform(sub)
+        return q.copy().transform(sub, copy=False)

@@ -7,7 +7,7 @@ operators' rules; an operator may emit several i-diffs for one input (e.g. σ tu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -24,7 +24,7 @@ from idivm.planner.model import (
     post_name,
     pre_name,
 )
-from idivm.planner.ruleapi import RuleContext, c, select, t
+from idivm.planner.ruleapi import RuleContext, c, select, subquery, t
 from idivm.rules import rule_for
 
 
@@ -69,6 +69,45 @@ def base_query(schema: BaseSchema, catalog: Catalog) -> tuple[DiffSchema, exp.Se
     return DiffSchema("upd", -1, key, nonkey, schema.cols), q
 
 
+def merge_alike(ctx: RuleContext, node: A.Node, outs: Sequence[DiffNode],
+                origin: Callable[[DiffNode], int | None]) -> tuple[DiffNode, ...]:
+    """One i-diff per Δ+ (Δ-) schema of an operator: the Δ+ i-diffs an operator outputs for
+    different base-table i-diffs (an insert, an update entering σ, a join-attribute update)
+    have one schema and propagate through every operator above by the same rules, so their
+    union propagates once (every rule is linear in a Δ+ or Δ- input), instead of once per
+    base-table i-diff schema. Rows are unique by the operator's IDs, so the union drops
+    only copies (the same new row reached from two changes).
+
+    A join keeps apart the i-diffs that come from different scans (``origin``): each then
+    reaches the next cache as one flat join of its scan's i-diff with the other relations,
+    where a union per join would nest every join below it."""
+    groups: dict[tuple[DiffSchema, int | None], list[DiffNode]] = {}
+
+    def key(o: DiffNode) -> tuple[DiffSchema, int | None]:
+        return o.schema, origin(o) if len(node.children) > 1 else None
+
+    for o in outs:
+        if o.schema.kind in ("ins", "del"):
+            groups.setdefault(key(o), []).append(o)
+    out: list[DiffNode] = []
+    for o in outs:
+        same = groups.get(key(o), [o])
+        if len(same) == 1:
+            out.append(o)
+        elif o is same[0]:
+            cols = o.schema.columns(node.columns)
+            u: exp.Expr = select([(x, c(x, "i")) for x in cols], ctx.rel(same[0], "i"))
+            for d in same[1:]:
+                u = exp.union(u, select([(x, c(x, "i")) for x in cols], ctx.rel(d, "i")),
+                              distinct=True, copy=False)
+            q = select([(x, c(x, "u")) for x in cols], subquery(u, "u"))
+            out.append(ctx.emit(o.schema.kind, o.schema.nid, o.schema.ids, q,
+                                "∪: the i-diffs of one schema merged (their union)", same,
+                                o.schema.pre,
+                                o.schema.post))
+    return tuple(out)
+
+
 def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[BaseSchema],
                 catalog: Catalog, strategy: Strategy = "id") -> RuleDag:
     nodes = {n.nid: n for n in A.walk(root)}
@@ -88,6 +127,18 @@ def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[B
             if s.table == bs.table:
                 incoming[s.nid].append((0, d))
     by_node: dict[int, tuple[DiffNode, ...]] = {}
+    origins: dict[str, int | None] = {}
+
+    def origin(d: DiffNode) -> int | None:
+        """The scan an i-diff descends from (None: several)."""
+        if d.name not in origins:
+            if isinstance(nodes.get(d.schema.nid), A.Scan):
+                origins[d.name] = d.schema.nid
+            else:
+                found = {origin(ctx.diffs[i]) for i in d.inputs if i in ctx.diffs}
+                origins[d.name] = found.pop() if len(found) == 1 else None
+        return origins[d.name]
+
     for n in A.walk(root):
         rule = rule_for(n, strategy)
         outs: list[DiffNode] = []
@@ -98,7 +149,8 @@ def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[B
             assert rule.propagate is not None
             for idx, d in incoming[n.nid]:
                 outs += rule.propagate(ctx, n, idx, d)
-        by_node[n.nid] = tuple(o for o in outs if o.schema.nid == n.nid)
+        by_node[n.nid] = merge_alike(ctx, n, [o for o in outs if o.schema.nid == n.nid],
+                                     origin)
         if n.nid in parent:
             p, i = parent[n.nid]
             incoming[p.nid] += [(i, o) for o in by_node[n.nid]]

@@ -14,6 +14,7 @@ composition of rules up to the next cache, §4), and i-diffs nobody reads are dr
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -107,7 +108,23 @@ def inline_single_use(stmts: Sequence[Statement]) -> list[Statement]:
         for r in refs[i]:
             reader[r] = j
         out[i] = None
-    return [st for st in out if st is not None]
+    return [Compute(st.name, st.query, summarize(st.comment), st.phase)
+            if isinstance(st, Compute) else st for st in out if st is not None]
+
+
+def summarize(comment: str) -> str:
+    """A composed statement's comment: its own rule, then each rule composed into it once,
+    in order, with how many times it was (their i-diff schemas are in ``explain``)."""
+    lines = comment.splitlines()
+    if len(lines) <= 2:
+        return comment
+    counts: dict[str, int] = {}
+    for line in lines[1:]:
+        rule = line.strip().removeprefix("∘").strip()
+        rule = re.sub(r"\s+\[[^\]]*\]$", "", rule)
+        counts[rule] = counts.get(rule, 0) + 1
+    return "\n".join([lines[0]] + [f"  ∘ {r}" + (f" (×{n})" if n > 1 else "")
+                                    for r, n in counts.items()])
 
 
 def drop_unread(stmts: Sequence[Statement]) -> list[Statement]:
@@ -125,11 +142,28 @@ def drop_unread(stmts: Sequence[Statement]) -> list[Statement]:
 
 
 def _simple(q: exp.Expr) -> bool:
+    """A SELECT whose rows are its sources' joined rows, filtered and computed row by row:
+    inner (or cross) joins only, no grouping, aggregates, windows, DISTINCT or LIMIT."""
     return isinstance(q, exp.Select) and not any(
         q.args.get(k) for k in ("group", "having", "distinct", "limit", "order", "qualify",
-                                "with_", "with")) and not any(
+                                "with_", "with", "laterals")) and not any(
         isinstance(p.unalias(), exp.AggFunc) or p.find(exp.AggFunc, exp.Window)
-        for p in q.expressions)
+        for p in q.expressions) and all(_inner(j) for j in q.args.get("joins") or [])
+
+
+def _inner(j: exp.Join) -> bool:
+    return not j.args.get("side") and (j.args.get("kind") or "INNER").upper() in (
+        "INNER", "CROSS") and not j.args.get("using") and not j.args.get("method")
+
+
+def _sources(q: exp.Select) -> list[exp.Expr]:
+    from_ = q.args.get("from_")
+    out = [from_.this] if from_ is not None else []
+    return out + [j.this for j in q.args.get("joins") or []]
+
+
+def _aliases(q: exp.Expr) -> set[str]:
+    return {n.alias for n in q.find_all(exp.Table, exp.Subquery) if n.alias}
 
 
 def _nested(node: exp.Expr, top: exp.Expr) -> bool:
@@ -143,76 +177,127 @@ def _nested(node: exp.Expr, top: exp.Expr) -> bool:
 
 
 def merge_subquery(q: exp.Expr) -> exp.Expr:
-    """SELECT f(s.x) … FROM (SELECT g AS x … FROM R WHERE p) AS s WHERE w
-    → SELECT f(g) … FROM R WHERE p AND w[s.x := g]   (composition of two rules' queries)."""
-    if not isinstance(q, exp.Select) or q.args.get("joins") or q.args.get("group") or \
-            q.args.get("having"):
-        return q
-    from_ = q.args.get("from_")
-    src = from_.this if from_ is not None else None
-    if not isinstance(src, exp.Subquery) or not _simple(src.this):
-        return q
-    inner = src.this
-    alias = src.alias
-    defs = {p.alias_or_name: p.unalias() for p in inner.expressions}
-    inside = {id(n) for n in src.walk()}
-    # nested scopes of the outer query must not bind the aliases the merged expressions use
-    bound = {n.alias for n in q.find_all(exp.Table, exp.Subquery) if id(n) not in inside}
-    used = {c.table for e in defs.values() for c in e.find_all(exp.Column)} | {alias}
-    used |= {inner.args["from_"].this.alias} if inner.args.get("from_") else set()
-    if bound & used:
-        return q
-    for col in q.find_all(exp.Column):
-        if id(col) in inside:
+    """``q`` with one derived table merged into it where ``_merge_once`` can (in place)."""
+    _merge_once(q)
+    return q
+
+
+def _merge_once(q: exp.Expr) -> bool:
+    """Merge one derived table of ``q`` into it (composition of two rules' queries):
+
+    SELECT f(s.x) … FROM (SELECT g AS x … FROM R JOIN T ON p WHERE w) AS s JOIN U ON v(s.x) WHERE u
+    → SELECT f(g) … FROM R JOIN T ON p JOIN U ON v(g) WHERE w AND u
+
+    The derived table must be ``_simple``, in FROM or inner-joined (a derived table in FROM
+    may be the preserved side of LEFT JOINs: its filter then commutes with them); its sources
+    are renamed where their aliases are taken in ``q``. Says whether it merged one (``q`` is
+    rewritten in place)."""
+    if not isinstance(q, exp.Select) or q.args.get("laterals"):
+        return False
+    joins = q.args.get("joins") or []
+    for pos, src in enumerate(_sources(q)):
+        if not isinstance(src, exp.Subquery) or not _simple(src.this) or not src.alias:
             continue
-        if not col.table or (col.table == alias and col.name not in defs):
-            return q  # unqualified references would lose their source
-        if col.table == alias and _nested(col, q) and any(
-                not x.table for x in defs[col.name].find_all(exp.Column)):
-            return q  # inside EXISTS (…) an unqualified column may bind to the inner table
-
-    def sub(n: exp.Expr) -> exp.Expr:
-        if isinstance(n, exp.Column) and n.table == alias and id(n) not in inside:
-            e = defs[n.name].copy()
-            return exp.paren(e) if isinstance(e, exp.Binary | exp.Not | exp.Predicate) else e
-        return n
-
-    out = inner.copy()
-    out.set("expressions", [exp.alias_(p.unalias().copy().transform(sub),
-                                       exp.to_identifier(p.alias_or_name, quoted=True))
-                            for p in q.expressions])
-    where = q.args.get("where")
-    if where is not None:
-        out = out.where(where.this.copy().transform(sub))
-    if q.args.get("distinct"):
-        out = out.distinct()
-    return out
+        if pos > 0 and not _inner(joins[pos - 1]):
+            continue
+        if _merge_at(q, pos, src):
+            return True
+    return False
 
 
-def merge_projections(q: exp.Expr) -> tuple[exp.Expr, bool]:
-    """One top-down sweep of ``merge_subquery``; also says whether anything merged."""
-    changed = False
+def _merge_at(q: exp.Select, pos: int, src: exp.Subquery) -> bool:
+    inner, alias = src.this, src.alias
+    own = _sources(inner)
+    own_aliases = [x.alias_or_name for x in own]
+    if not own or len(set(own_aliases)) != len(own_aliases):
+        return False
+    # every column of the derived table names one of its own sources (none is correlated)
+    cols = [col for col in inner.find_all(exp.Column) if not _nested(col, inner)]
+    if any(col.table not in own_aliases for col in cols):
+        return False
+    inside = {id(n) for n in src.walk()}
+    outside_cols = [col for col in q.find_all(exp.Column) if id(col) not in inside]
+    defs = {p.alias_or_name: p.unalias() for p in inner.expressions}
+    for col in outside_cols:
+        if not col.table:
+            return False  # an unqualified reference could bind to a merged source
+        if col.table == alias and col.name not in defs:
+            return False
+    taken = {n.alias for n in q.find_all(exp.Table, exp.Subquery)
+             if n.alias and id(n) not in inside}
+    if alias in taken:
+        return False  # another scope of q binds the same alias
+    nested_aliases = {n.alias for sub in inner.find_all(exp.Select) if sub is not inner
+                      for n in sub.find_all(exp.Table, exp.Subquery) if n.alias}
+    rename: dict[str, str] = {}
+    for a in own_aliases:
+        if a in taken:
+            if a in nested_aliases:
+                return False  # a nested scope might shadow it: leave the query as it is
+            fresh, k = a, 1
+            while fresh in taken or fresh in own_aliases or fresh in rename.values():
+                k += 1
+                fresh = f"{a}_{k}"
+            rename[a] = fresh
+    if rename:
+        for x in _sources(inner):
+            if x.alias_or_name in rename:
+                x.set("alias", exp.TableAlias(this=exp.to_identifier(rename[x.alias_or_name],
+                                                                     quoted=True)))
+        for col in inner.find_all(exp.Column):
+            if col.table in rename:
+                col.set("table", exp.to_identifier(rename[col.table], quoted=True))
+        defs = {p.alias_or_name: p.unalias() for p in inner.expressions}
 
-    def go(n: exp.Expr) -> exp.Expr:
-        nonlocal changed
-        before: exp.Expr | None = None
-        while isinstance(n, exp.Select) and before is not n:
-            before = n
-            n = merge_subquery(n)
-            changed = changed or n is not before
-        return n
+    for col in outside_cols:  # the derived table's columns by their definitions
+        if col.table == alias:
+            e = defs[col.name].copy()
+            col.replace(exp.paren(e) if isinstance(e, exp.Binary | exp.Not | exp.Predicate)
+                        else e)
+    out = q  # rewritten in place: the caller owns it
+    joins = list(out.args.get("joins") or [])
+    where = out.args.get("where")
+    outer_where = where.this if where is not None else None
+    inner_from = inner.args["from_"].this
+    inner_joins = list(inner.args.get("joins") or [])
+    if pos == 0:
+        out.set("from_", exp.From(this=inner_from))
+        new_joins = inner_joins + joins
+    else:
+        on = joins[pos - 1].args.get("on")
+        placed = [exp.Join(this=inner_from, kind="CROSS")] + inner_joins
+        if on is not None:  # the join's condition goes where its sources are all joined
+            names = [x.alias_or_name for x in _sources(inner)]
+            needed = {col.table for col in on.find_all(exp.Column)} & set(names)
+            at = next(i for i in range(len(names)) if needed <= set(names[:i + 1]))
+            j_on = placed[at].args.get("on")
+            placed[at] = exp.Join(this=placed[at].this,
+                                  on=on if j_on is None else exp.and_(j_on, on))
+        new_joins = joins[:pos - 1] + placed + joins[pos:]
+    out.set("joins", new_joins or None)
+    inner_where = inner.args.get("where")
+    parts = ([inner_where.this] if inner_where is not None else []) + (
+        [outer_where] if outer_where is not None else [])
+    out.set("where", None)
+    if parts:
+        out.set("where", exp.Where(this=exp.and_(*parts) if len(parts) > 1 else parts[0]))
+    return True
 
-    return q.transform(go, copy=False), changed
+
+def flatten(q: exp.Expr) -> exp.Expr:
+    """Merge every derived table that ``merge_subquery`` can, innermost first, so each
+    query is merged once (composed rule queries nest one derived table per rule)."""
+    for sel in reversed(list(q.find_all(exp.Select))):  # descendants before ancestors
+        while _merge_once(sel):
+            pass
+    return q
 
 
 def compose_queries(stmts: Sequence[Statement]) -> list[Statement]:
-    """Flatten every composed query (sqlglot visits parents first: sweep to a fixpoint)."""
+    """Flatten every composed query."""
     out: list[Statement] = []
     for st in stmts:
         if isinstance(st, Compute):
-            q, changed = st.query.copy(), True
-            while changed:
-                q, changed = merge_projections(q)
-            st = Compute(st.name, q, st.comment, st.phase)
+            st = Compute(st.name, flatten(st.query.copy()), st.comment, st.phase)
         out.append(st)
     return out

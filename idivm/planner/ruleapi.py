@@ -155,7 +155,7 @@ def exists(from_: exp.Expr, where: exp.Expr) -> exp.Exists:
 def union_all(queries: Sequence[exp.Select]) -> exp.Expr:
     out: exp.Expr = queries[0]
     for q in queries[1:]:
-        out = exp.union(out, q, distinct=False)
+        out = exp.union(out, q, distinct=False, copy=False)  # fresh trees: no copies
     return out
 
 

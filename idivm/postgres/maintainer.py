@@ -9,7 +9,6 @@ names resolve.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import secrets
 import time
@@ -177,10 +176,9 @@ class PostgresMaintainer:
                                f"{MAX_IDENT}-byte identifiers")
         full = catalog or self.catalog()
         p = plan(view_sql, full, name=name, changes=changes, strategy=strategy)
-        # plan again over just the columns the view reads: the log holds those, and DDL on
-        # the others is absorbed
-        read = read_catalog(p)
-        p = plan(view_sql, read, name=name, changes=changes, strategy=strategy)
+        # the plan's catalog holds just the columns the view reads: the log holds those, and
+        # DDL on the others is absorbed
+        read = p.catalog
         try:
             # 1. logging (a short transaction: trigger DDL waits for in-flight writers)
             with self.conn.transaction():
@@ -404,21 +402,6 @@ class PostgresMaintainer:
             changelog.log_ref(self.schema, table)).where(changelog.pending_predicate(mark))
         row = self.conn.execute(query.sql("postgres")).fetchone()
         return int(row[0]) if row else 0
-
-
-def read_catalog(p: Plan) -> Catalog:
-    """The catalog restricted to what the view reads: per table its key and the columns the
-    view uses (foreign keys whose columns all stay)."""
-    tables = []
-    for t in p.tables:
-        table = p.catalog.table(t)
-        keep = {*table.primary_key, *(c for c in table.column_names if p.uses(t, c))}
-        cols = tuple(c for c in table.columns if c.name in keep)
-        fks = tuple(fk for fk in table.foreign_keys
-                    if set(fk.columns) <= keep and fk.ref_table in p.tables and
-                    set(fk.ref_columns) <= {*p.catalog.table(fk.ref_table).primary_key})
-        tables.append(dataclasses.replace(table, columns=cols, foreign_keys=fks))
-    return Catalog.of(tables)
 
 
 def _as_url(dsn: str) -> str:

@@ -10,7 +10,15 @@ from sqlglot import exp
 from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo
-from idivm.planner.ruleapi import OperatorRule, RuleContext, c, exists, select
+from idivm.planner.ruleapi import (
+    OperatorRule,
+    RuleContext,
+    c,
+    exists,
+    select,
+    subquery,
+    union_all,
+)
 
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
@@ -73,14 +81,18 @@ def left_side(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode, nega
 
 def affected_left(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
                   which: Sequence[str]) -> exp.Expr:
-    """l_post rows joining an old (pre) or new (post) row of r that ``d`` names."""
-    parts: list[exp.Expr] = []
+    """l_post rows joining an old (pre) or new (post) row of r that ``d`` names: one EXISTS
+    over the union of those r rows, which an engine runs as a semi-join driven by the
+    (small) i-diff, where an OR of two EXISTS makes it scan the whole l side."""
+    if len(which) == 1:
+        return probe(ctx, node, "l", *right_rows(ctx, node, d, which[0], "o"))
+    y = sorted(A.referenced(node.predicate) & set(node.right.columns))
+    sides = []
     for w in which:
-        parts.append(probe(ctx, node, "l", *right_rows(ctx, node, d, w, "o")))
-    out = parts[0]
-    for p in parts[1:]:
-        out = exp.or_(out, p)
-    return out
+        rel, vals = right_rows(ctx, node, d, w, "o")
+        sides.append(select([(k, vals[k] or exp.null()) for k in y], rel))
+    rows = subquery(union_all(sides), "o")
+    return probe(ctx, node, "l", rows, {k: c(k, "o") for k in y})
 
 
 def recompute(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,

@@ -212,23 +212,32 @@ def _merge_at(q: exp.Select, pos: int, src: exp.Subquery) -> bool:
     if not own or len(set(own_aliases)) != len(own_aliases):
         return False
     # every column of the derived table names one of its own sources (none is correlated)
-    cols = [col for col in inner.find_all(exp.Column) if not _nested(col, inner)]
-    if any(col.table not in own_aliases for col in cols):
-        return False
-    inside = {id(n) for n in src.walk()}
-    outside_cols = [col for col in q.find_all(exp.Column) if id(col) not in inside]
+    inside: set[int] = set()
+    nested_aliases: set[str] = set()
+    for n in src.walk():
+        inside.add(id(n))
+        if isinstance(n, exp.Column) and n.table not in own_aliases and not _nested(n, inner):
+            return False
+        if isinstance(n, exp.Table | exp.Subquery) and n.alias and n is not src and \
+                _nested(n, inner):
+            nested_aliases.add(n.alias)
+    outside_cols: list[exp.Column] = []
+    taken: set[str] = set()
+    for n in q.walk():  # one pass over the rest of q
+        if id(n) in inside:
+            continue
+        if isinstance(n, exp.Column):
+            outside_cols.append(n)
+        elif isinstance(n, exp.Table | exp.Subquery) and n.alias:
+            taken.add(n.alias)
     defs = {p.alias_or_name: p.unalias() for p in inner.expressions}
     for col in outside_cols:
         if not col.table:
             return False  # an unqualified reference could bind to a merged source
         if col.table == alias and col.name not in defs:
             return False
-    taken = {n.alias for n in q.find_all(exp.Table, exp.Subquery)
-             if n.alias and id(n) not in inside}
     if alias in taken:
         return False  # another scope of q binds the same alias
-    nested_aliases = {n.alias for sub in inner.find_all(exp.Select) if sub is not inner
-                      for n in sub.find_all(exp.Table, exp.Subquery) if n.alias}
     rename: dict[str, str] = {}
     for a in own_aliases:
         if a in taken:

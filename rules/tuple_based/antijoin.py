@@ -9,15 +9,14 @@ from idivm.planner.model import DiffNode
 from idivm.planner.ruleapi import OperatorRule, RuleContext
 
 from .. import antijoin as id_anti
-from .. import semijoin as id_semi
-from .semijoin import check, right_change
+from .semijoin import check, left_change, right_change
 
 
 def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
     assert isinstance(node, A.AntiJoin)
     check(d, "▷")
     if idx == 0:
-        return id_semi.left_side(ctx, node, d, True, "▷")
+        return left_change(ctx, node, d, True, "▷")
     # a new r row only removes l rows; a deleted one only lets l rows in
     gone = d.schema.kind == "del"
     return right_change(ctx, node, d, True, "▷", delete=not gone, insert=gone)

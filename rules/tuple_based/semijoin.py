@@ -11,7 +11,7 @@ from sqlglot import exp
 from idivm import algebra as A
 from idivm.errors import IdivmError
 from idivm.planner.model import DiffNode, pre_name
-from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select
+from idivm.planner.ruleapi import OperatorRule, RuleContext, c, exists, select
 
 from .. import semijoin as id_semi
 
@@ -20,6 +20,28 @@ def check(d: DiffNode, name: str) -> None:
     if d.schema.kind not in ("ins", "del"):
         raise IdivmError(f"tuple-based {name} got a {d.schema.describe()}: t-diffs are Δ+ and "
                          "Δ- only")
+
+
+def left_change(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode, negate: bool,
+                name: str) -> list[DiffNode]:
+    """Changes of l: a Δ+ re-probes r_post; a Δ- is a change of the output only for the l
+    rows that were in it — those whose pre-image passed the probe against r_pre (a t-diff
+    counts: an aggregate above decrements its group for every Δ- row)."""
+    s = d.schema
+    if s.kind == "ins":
+        return id_semi.left_side(ctx, node, d, negate, name)
+    vals: dict[str, exp.Expr | None] = {k: ctx.pre_val(d, k, "i") for k in node.left.columns}
+    vals.update({k: c(k, "o") for k in node.right.columns})
+    bound = ctx.bind(node.predicate, vals)
+    assert bound is not None, "a t-diff Δ- carries the full pre-image"
+    cond: exp.Expr = exists(ctx.state("pre", node.right.nid, "o"), bound)
+    if negate:
+        cond = exp.Not(this=cond)
+    cols = s.columns(ctx.cols(s.nid))
+    q = select([(k, c(k, "i")) for k in cols], ctx.rel(d, "i"), cond)
+    return [ctx.emit("del", node.nid, s.ids, q,
+                     f"t-diff {name}: Δ-_l of the rows in the output (probed against r_pre)",
+                     [d], s.pre, s.post)]
 
 
 def right_change(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
@@ -56,7 +78,7 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     assert isinstance(node, A.SemiJoin)
     check(d, "⋉")
     if idx == 0:
-        return id_semi.left_side(ctx, node, d, False, "⋉")
+        return left_change(ctx, node, d, False, "⋉")
     # a new r row only adds l rows; a deleted one may remove some (others still qualify)
     gone = d.schema.kind == "del"
     return right_change(ctx, node, d, False, "⋉", delete=gone, insert=True)

@@ -305,6 +305,31 @@ VIEWS: tuple[ViewDef, ...] = (
         ),
     ),
     ViewDef(
+        "orders_exists_grouped",
+        "orders",
+        """
+        SELECT o.status, count(*) AS n FROM orders o
+        WHERE o.orderdate BETWEEN 3 AND 15
+          AND EXISTS (SELECT 1 FROM lineitem l WHERE l.orderkey = o.orderkey
+                      AND l.quantity > 4)
+        GROUP BY o.status
+        """,
+        # TPC-H Q4's shape: a tuple-based Δ- of an order that fails EXISTS decremented its group
+        ("EXISTS under GROUP BY", "COUNT(*) of a semijoin"),
+    ),
+    ViewDef(
+        "orders_not_exists_self_grouped",
+        "orders",
+        """
+        SELECT l1.partno, count(*) AS n FROM lineitem l1
+        WHERE NOT EXISTS (SELECT 1 FROM lineitem l3 WHERE l3.orderkey = l1.orderkey
+                          AND l3.partno <> l1.partno AND l3.quantity > 3)
+        GROUP BY l1.partno
+        """,
+        # TPC-H Q21's shape: NOT EXISTS over the same table, under an aggregate
+        ("NOT EXISTS self-antijoin under GROUP BY",),
+    ),
+    ViewDef(
         "orders_big_orders",
         "orders",
         """

@@ -169,6 +169,26 @@ def _outer_reference(query: exp.Expr, scope: _Scope) -> str | None:
     return None
 
 
+def _factor_or(c: exp.Expr) -> list[exp.Expr]:
+    """(A AND B) OR (A AND C) → A, (B OR C): conjuncts common to every disjunct of an OR
+    come out of it (TPC-H Q19 repeats its join predicate in each disjunct; factored, the join
+    is an equi-join along a foreign key instead of a filtered cross product)."""
+    inner = c.this if isinstance(c, exp.Paren) else c
+    if not isinstance(inner, exp.Or):
+        return [c]
+    disjuncts = list(inner.flatten())
+    parts = [A.conjuncts(d.this if isinstance(d, exp.Paren) else d) for d in disjuncts]
+    common = [x for x in parts[0] if all(any(x == y for y in p) for p in parts[1:])]
+    if not common:
+        return [c]
+    rests = [[y for y in p if not any(y == x for x in common)] for p in parts]
+    if any(not r for r in rests):  # a disjunct is just the common part: the OR is true
+        return [x.copy() for x in common]
+    ors = [exp.paren(exp.and_(*[y.copy() for y in r])) if len(r) > 1 else r[0].copy()
+           for r in rests]
+    return [x.copy() for x in common] + [exp.paren(exp.or_(*ors))]
+
+
 def _connected_order(aliases: list[str], conjuncts: list[set[str | None]]) -> list[int]:
     """An order of the FROM items (inner joins commute) in which every item but the first is
     joined to those before it by some conjunct, where the predicates allow: at each step the
@@ -333,6 +353,7 @@ class _Converter:
             pool += A.conjuncts(j.args.get("on"))
         where = s.args.get("where")
         pool += A.conjuncts(where.this if where else None)
+        pool = [f for c in pool for f in _factor_or(c)]
         subqueries = [c for c in pool if self.is_subquery_predicate(c)]
         plain = [c for c in pool if not self.is_subquery_predicate(c)]
         for c in plain:

@@ -85,14 +85,29 @@ def affected_left(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
     over the union of those r rows, which an engine runs as a semi-join driven by the
     (small) i-diff, where an OR of two EXISTS makes it scan the whole l side."""
     if len(which) == 1:
-        return probe(ctx, node, "l", *right_rows(ctx, node, d, which[0], "o"))
+        return equi_prefilter(probe(ctx, node, "l", *right_rows(ctx, node, d, which[0], "o")))
     y = sorted(A.referenced(node.predicate) & set(node.right.columns))
     sides = []
     for w in which:
         rel, vals = right_rows(ctx, node, d, w, "o")
         sides.append(select([(k, vals[k] or exp.null()) for k in y], rel))
     rows = subquery(union_all(sides), "o")
-    return probe(ctx, node, "l", rows, {k: c(k, "o") for k in y})
+    return equi_prefilter(probe(ctx, node, "l", rows, {k: c(k, "o") for k in y}))
+
+
+def equi_prefilter(e: exp.Exists) -> exp.Expr:
+    """EXISTS (Δ WHERE l.k = Δ.k AND l.x <> Δ.x) → EXISTS (Δ WHERE l.k = Δ.k) AND …: implied,
+    and a semi-join on equalities alone can be driven from the distinct keys of the (small)
+    i-diff through l's index, which one with a non-equality condition cannot (PostgreSQL hashes
+    it against a scan of l)."""
+    where = e.this.args.get("where")
+    conj = A.conjuncts(where.this if where is not None else None)
+    eqs = [x for x in conj if isinstance(x, exp.EQ) and isinstance(x.this, exp.Column)
+           and isinstance(x.expression, exp.Column) and x.this.table != x.expression.table]
+    if not eqs or len(eqs) == len(conj):
+        return e
+    src = e.this.args["from_"].this
+    return exp.and_(exists(src.copy(), A.conjoin([x.copy() for x in eqs]) or exp.true()), e)
 
 
 def recompute(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,

@@ -534,7 +534,11 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
               f"LANGUAGE plpgsql SET search_path = {q(companion)}, {q(schema)} "
               # statements run once per batch over small i-diffs: a JIT compile of a plan
               # costed over many-way joins takes seconds (12.7 s of a 15.8 s BSMA Q*1 run)
-              "SET jit = off AS ")
+              "SET jit = off "
+              # a Δ-script statement joins an i-diff with up to every relation of the view:
+              # past the default limit of 8 the planner keeps the written join order, and an
+              # 8-way join then runs whole before its semi-join with a small i-diff
+              "SET join_collapse_limit = 16 SET from_collapse_limit = 16 AS ")
     comment = (f"COMMENT ON FUNCTION {q(companion)}.{q(function)}() IS "
                f"{lit(f'idivm: compiled Δ-script of view {schema}.{name} ({plan.strategy})')}")
     prune_src = "BEGIN\n" + "\n".join(

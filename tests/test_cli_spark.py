@@ -151,6 +151,7 @@ def test_demo_spark(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert "all views equal their recomputation" in out
 
 
+@pytest.mark.slow  # a benchmark harness run (correctness: the Spark differential suite)
 def test_bench_spark_tiny(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The benchmark end to end at a tiny size: every round verified, medians reported."""
     out = tmp_path / "bench"

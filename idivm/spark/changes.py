@@ -1,23 +1,22 @@
-"""Change feeds in Delta Lake's Change Data Feed shape, kept as a versioned log per table.
+"""Change feeds in Delta Lake's Change Data Feed shape: read from Delta tables, or handed in.
 
-A batch has the table's columns, ``_change_type`` ∈ {insert, update_preimage, update_postimage,
-delete} and optionally ``_commit_version`` (assigned when absent). Folding reuses the
-PostgreSQL backend's dialect-neutral ``fold_query``: pre-images and deletes are old row images
+Rows have the table's columns, ``_change_type`` ∈ {insert, update_preimage, update_postimage,
+delete} and ``_commit_version``. ``read_cdf`` reads a Delta table's feed (delta-rs);
+``validate`` checks a batch a user hands in. Folding reuses the PostgreSQL backend's
+dialect-neutral ``fold_select``: pre-images and deletes are old row images
 ('D'), inserts and post-images new ones ('I'), ordered by ``_commit_version`` with a version's
 old images first; per key the first pre-image and the last post-image survive.
 """
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Any
 
 from sqlglot import exp
 
 from idivm.catalog import Table
 from idivm.errors import IdivmError
-from idivm.postgres.changelog import OP, SEQ, fold_query
+from idivm.postgres.changelog import OP, SEQ, fold_select
 
 CHANGE_TYPE = "_change_type"
 VERSION = "_commit_version"
@@ -29,9 +28,9 @@ class ChangeFeedError(IdivmError):
     """A change batch that does not fit its table; nothing was written."""
 
 
-def validate(table: Table, df: Any, last_version: int) -> tuple[Any, int | None]:
-    """Check a CDF batch against the table (one Spark job); return it with
-    ``_commit_version`` filled in, and its highest version (None for an empty batch)."""
+def validate(table: Table, df: Any) -> Any:
+    """Check a CDF batch against the table (one Spark job); return it with ``_commit_version``
+    filled in (0 where absent: one version), or None for an empty batch."""
     from pyspark.sql import functions as F
 
     cols = set(df.columns)
@@ -46,7 +45,7 @@ def validate(table: Table, df: Any, last_version: int) -> tuple[Any, int | None]
         raise ChangeFeedError(f"change batch for {table.name} lacks column(s) "
                               f"{', '.join(missing)}")
     if VERSION not in cols:
-        df = df.withColumn(VERSION, F.lit(last_version + 1).cast("long"))
+        df = df.withColumn(VERSION, F.lit(0).cast("long"))
     df = df.withColumn(VERSION, F.col(VERSION).cast("long"))
     key = list(table.primary_key)
     bad_type = ~F.col(CHANGE_TYPE).isin(*KINDS) | F.col(CHANGE_TYPE).isNull()
@@ -54,7 +53,7 @@ def validate(table: Table, df: Any, last_version: int) -> tuple[Any, int | None]
     r = df.select(
         F.sum(F.when(bad_type, 1).otherwise(0)).alias("bad_type"),
         F.sum(F.when(_any([F.col(k).isNull() for k in key]), 1).otherwise(0)).alias("null_key"),
-        F.min(VERSION).alias("vmin"), F.max(VERSION).alias("vmax"), F.count("*").alias("n"),
+        F.count("*").alias("n"),
         # a key may leave (old image) and enter (new image) once per version
         F.count_distinct(F.struct(*key, F.col(VERSION), old)).alias("distinct"),
         F.collect_set(F.when(bad_type, F.coalesce(F.col(CHANGE_TYPE), F.lit("NULL"))))
@@ -66,13 +65,10 @@ def validate(table: Table, df: Any, last_version: int) -> tuple[Any, int | None]
     if r["null_key"]:
         raise ChangeFeedError(f"change batch for {table.name}: {r['null_key']} row(s) "
                               f"with a missing key ({', '.join(key)})")
-    if r["vmin"] is not None and r["vmin"] <= last_version:
-        raise ChangeFeedError(f"change batch for {table.name}: _commit_version must be above "
-                              f"the last recorded version {last_version}")
     if r["n"] != r["distinct"]:
         raise ChangeFeedError(f"change batch for {table.name}: some key changes twice in one "
                               "_commit_version (two inserts, two deletes or two pre-images)")
-    return df, (int(r["vmax"]) if r["vmax"] is not None else None)
+    return df if r["n"] else None
 
 
 def _any(conds: list[Any]) -> Any:
@@ -82,47 +78,56 @@ def _any(conds: list[Any]) -> Any:
     return out
 
 
-def log_path(root: Path, table: str) -> Path:
-    return root / "changes" / table
+def read_cdf(spark: Any, table: Table, path: str, since: int, upto: int) -> tuple[Any, int]:
+    """The Change Data Feed of the Delta table at ``path`` for versions ``since < v <= upto``
+    (read by delta-rs), as a Spark DataFrame of the table's columns, ``_change_type`` and
+    ``_commit_version``; and its row count. A range the table no longer holds (vacuumed, or CDF
+    off for some version) is refused: skipping it would leave the view silently wrong."""
+    from idivm.spark.delta import arrow, open_table
+
+    dt = open_table(path)
+    try:
+        data = arrow(dt.load_cdf(starting_version=since + 1, ending_version=upto))
+    except Exception as e:  # delta-rs's own error types
+        raise ChangeFeedError(
+            f"cannot read the change feed of {table.name} ({path}) for versions {since + 1}"
+            f"..{upto}: {e}. The view cannot be maintained across that gap (were those versions "
+            "vacuumed, or the Change Data Feed off when they were written?); recompute it "
+            "(maintain(..., strategy='recompute'))") from e
+    keep = [*table.column_names, CHANGE_TYPE, VERSION]
+    missing = [k for k in keep if k not in data.column_names]
+    if missing:
+        raise ChangeFeedError(f"the change feed of {table.name} ({path}) lacks column(s) "
+                              f"{', '.join(missing)}")
+    data = data.select(keep)
+    if data.num_rows == 0:
+        return None, 0
+    return spark.createDataFrame(data), int(data.num_rows)
 
 
-def write_log(root: Path, table: str, df: Any) -> None:
-    """Record the batch; re-writing the same versions replaces them (a retried batch)."""
-    df.write.mode("overwrite").option("partitionOverwriteMode", "dynamic") \
-        .partitionBy(VERSION).parquet(str(log_path(root, table)))
-
-
-def read_log(spark: Any, root: Path, table: Table, since: int, upto: int) -> Any:
-    """Log rows with since < version <= upto, shaped as the PostgreSQL log (__seq, __op)."""
+def as_log(df: Any) -> Any:
+    """CDF rows shaped as the PostgreSQL change log: ``__seq`` orders versions with a version's
+    old images first, ``__op`` is 'D' for an old image, 'I' for a new one."""
     from pyspark.sql import functions as F
 
-    path = log_path(root, table.name)
-    if not path.exists() or upto <= since:
-        return None
-    # the log's schema, so that reading it infers nothing from its files
-    types = [(c.name, exp.DataType.build(c.type, dialect="postgres")) for c in table.columns]
-    types += [(CHANGE_TYPE, exp.DataType.build("STRING")), (VERSION, exp.DataType.build("BIGINT"))]
-    schema = ", ".join(f"{exp.to_identifier(n, quoted=True).sql('spark')} {ty.sql('spark')}"
-                       for n, ty in types)
-    df = spark.read.schema(schema).parquet(str(path)).where(
-        (F.col(VERSION) > since) & (F.col(VERSION) <= upto))
-    op = F.when(F.col(CHANGE_TYPE).isin(*OLD_IMAGES), F.lit("D")).otherwise(F.lit("I"))
-    seq = F.col(VERSION) * 2 + F.when(F.col(CHANGE_TYPE).isin(*OLD_IMAGES), 0).otherwise(1)
-    return df.select(seq.alias(SEQ), op.alias(OP), *table.column_names)
+    old = F.col(CHANGE_TYPE).isin(*OLD_IMAGES)
+    op = F.when(old, F.lit("D")).otherwise(F.lit("I"))
+    seq = F.col(VERSION).cast("long") * 2 + F.when(old, 0).otherwise(1)
+    cols = [c for c in df.columns if c not in (CHANGE_TYPE, VERSION, "_commit_timestamp")]
+    return df.select(seq.alias(SEQ), op.alias(OP), *[F.col(f"`{c}`") for c in cols])
 
 
-def fold(spark: Any, root: Path, table: Table, since: int, upto: int, view_name: str) -> Any:
-    """Effective changes (key, c__pre, c__post, __has_pre, __has_post) in Spark SQL."""
-    log = read_log(spark, root, table, since, upto)
-    if log is None:
+def fold(spark: Any, table: Table, changes: Any, view_name: str) -> Any:
+    """Effective changes (key, c__pre, c__post, __has_pre, __has_post) of CDF rows, in Spark
+    SQL (the PostgreSQL backend's dialect-neutral ``fold_select``)."""
+    if changes is None:
         return empty_changes(spark, table)
     import hashlib
 
     # temp view names must be plain identifiers, whatever the view and table are called
     tmp = "__idivm_log_" + hashlib.sha1(f"{view_name}/{table.name}".encode()).hexdigest()[:12]
-    log.createOrReplaceTempView(tmp)
-    q = fold_query(table, exp.table_(exp.to_identifier(tmp, quoted=True)), since * 2 + 1,
-                   upto * 2 + 1)
+    as_log(changes).createOrReplaceTempView(tmp)
+    q = fold_select(table, exp.table_(exp.to_identifier(tmp, quoted=True)), exp.true())
     return spark.sql(q.sql("spark"))
 
 
@@ -136,13 +141,3 @@ def empty_changes(spark: Any, table: Table) -> Any:
     cols += [F.col(c).alias(f"{c}__post") for c in table.non_key_columns]
     cols += [F.lit(False).alias("__has_pre"), F.lit(False).alias("__has_post")]
     return base.select(*cols)
-
-
-def prune(root: Path, table: str, upto: int) -> None:
-    """Drop log versions every view has consumed."""
-    path = log_path(root, table)
-    if not path.exists():
-        return
-    for d in path.iterdir():
-        if d.name.startswith(f"{VERSION}=") and int(d.name.split("=", 1)[1]) <= upto:
-            shutil.rmtree(d, ignore_errors=True)

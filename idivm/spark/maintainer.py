@@ -1,14 +1,21 @@
-"""Deferred ID-based maintenance on Spark: change feeds in, Spark-dialect Δ-scripts, views out.
+"""Deferred ID-based maintenance on Spark: Delta tables' change feeds in, Spark-dialect
+Δ-scripts, views out as Delta tables.
 
-A maintenance round (``maintain``) is crash-safe:
+Base tables are Delta tables — loaded through idivm (``load_table``, ``apply_changes``) or the
+user's own, attached where they are (``attach_delta``); caches and views are Delta tables under
+the warehouse (``idivm.spark.delta``). A refresh (``maintain``) is crash-safe:
 
-1. the pending change-feed versions of every base table are folded into effective changes;
-2. the Δ-script runs statement by statement: i-diff queries are checkpointed in memory, and each
+1. each base table's Delta version is read; the Change Data Feed since the view's watermark is
+   folded into effective changes; the base tables are read at those versions;
+2. the refresh chooses between running the Δ-script and recomputing (``strategy``; ``auto``
+   estimates both from the change counts, the tables' sizes and what earlier runs measured);
+3. the Δ-script runs statement by statement: i-diff queries are checkpointed in memory, and each
    cache's or the view's APPLYs are *staged* — the post-state of the buckets they touch is
-   written under ``_staging/<run>/`` — after which later statements read the staged post-state;
-3. a manifest records the run (staged targets, the versions consumed);
-4. the staged buckets are published (copied into place: repeatable), and only then does the
-   view's watermark move.
+   written under ``_idivm_staging/<run>/`` — after which later statements read the staged
+   post-state;
+4. a manifest records the run (staged targets, the versions consumed);
+5. each staged relation is committed (one Delta commit each, repeatable), and only then does the
+   view's watermark move: idivm reads a refresh whole or not at all.
 
 A run killed before the manifest leaves nothing applied (its staging is discarded on the next
 run); a run killed after it is finished by the next ``maintain`` from the staged files.
@@ -34,10 +41,12 @@ from idivm.errors import BackendError, IdivmError
 from idivm.plan import Plan, plan
 from idivm.planner.model import Strategy, change_table
 from idivm.planner.prune import prune_empty
+from idivm.refresh_cost import History, RefreshStrategy, decide
 from idivm.script import Apply, Compute, query_sql
 from idivm.spark import changes as cdf
+from idivm.spark.delta import STAGING, DeltaError, DeltaStore, add_actions, open_table, read_files
 from idivm.spark.session import embedded_session
-from idivm.spark.storage import ApplyOp, BucketedParquetStore, Store
+from idivm.spark.storage import ApplyOp
 
 log = logging.getLogger("idivm.spark")
 
@@ -58,8 +67,10 @@ class SparkMaintenanceStats:
     changes: dict[str, int] = field(default_factory=dict)
     idiff_rows: dict[str, int] = field(default_factory=dict)
     partitions_rewritten: dict[str, tuple[int, int]] = field(default_factory=dict)
-    pending_rows: dict[str, int] = field(default_factory=dict)  # kept as pending i-diffs
     statements: list[tuple[str, float]] = field(default_factory=list)
+    versions: dict[str, list[int]] = field(default_factory=dict)  # base table: [since, upto]
+    committed: dict[str, int] = field(default_factory=dict)  # stored relation: Delta version
+    decision: dict[str, Any] = field(default_factory=dict)  # what ran, and why
     recovered: bool = False
     seconds: float = 0.0
 
@@ -67,28 +78,27 @@ class SparkMaintenanceStats:
         return {"view": self.view, "changes": self.changes, "idiff_rows": self.idiff_rows,
                 "partitions_rewritten": {k: list(v) for k, v in
                                          self.partitions_rewritten.items()},
-                "pending_rows": self.pending_rows,
-                "statements": self.statements, "recovered": self.recovered,
-                "seconds": self.seconds}
+                "statements": self.statements, "versions": self.versions,
+                "committed": self.committed, "decision": self.decision,
+                "recovered": self.recovered, "seconds": self.seconds}
 
 
 class SparkMaintainer:
-    """Base tables, views and caches under ``warehouse``; views maintained from change feeds."""
+    """Base tables (Delta: loaded or attached), views and caches (Delta, under ``warehouse``);
+    views maintained from the base tables' change feeds."""
 
     def __init__(self, catalog: Catalog, warehouse: str | os.PathLike[str], spark: Any = None,
                  master: str | None = None, buckets: int | None = None,
-                 rows_per_bucket: int = 2000, compact_share: float = 0.05,
-                 max_pending: int = 8) -> None:
+                 rows_per_bucket: int = 2000) -> None:
         self.catalog = catalog
         self.root = Path(warehouse).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.spark = spark if spark is not None else embedded_session(master)
-        self.store: Store = BucketedParquetStore(
-            self.spark, self.root, rows_per_bucket, buckets=buckets,
-            compact_share=compact_share, max_pending=max_pending)
+        self.store = DeltaStore(self.spark, self.root, rows_per_bucket, buckets=buckets)
         self._plans: dict[str, Plan] = {}
         self._schemas: dict[tuple[str, str], Any] = {}
         self._no_changes: dict[str, Any] = {}  # empty change table per base table (schema only)
+        self._base: dict[str, tuple[int, Any]] = {}  # base table: (version, DataFrame) read
         self.fail_at: Callable[[str], bool] | None = None  # test hook: kill a run at a step
         self._dirty: set[str] = set()  # views whose last run did not finish in this session
         self._register_all()
@@ -117,8 +127,10 @@ class SparkMaintainer:
     def _register_all(self) -> None:
         reg = self.registry()
         for t in reg["tables"]:
-            if self.store.exists(t):
-                self._register(t)
+            try:
+                self._register_base(t)
+            except IdivmError as e:  # a moved or deleted table: say so when it is used
+                log.warning("idivm: base table %s: %s", t, e)
         for v, entry in reg["views"].items():
             for m in entry["materialized"]:
                 if self.store.exists(m):
@@ -136,20 +148,78 @@ class SparkMaintainer:
             raise InjectedFailure(f"injected failure before {what}")
 
     # -- base tables ----------------------------------------------------------------------------
+    def table_location(self, name: str) -> str:
+        """The Delta table behind a base table: the user's own (attached) or idivm's."""
+        entry = self.registry()["tables"].get(name)
+        if entry is None:
+            raise BackendError(f"table {name} is neither loaded nor attached in {self.root}")
+        return str(entry.get("delta") or self.store.path(name))
+
+    def table_version(self, name: str) -> int:
+        return int(open_table(self.table_location(name)).version())
+
+    def _register_base(self, name: str, version: int | None = None) -> int:
+        """The base table as a temp view, read at ``version`` (default: the latest); returns
+        the version read."""
+        path = self.table_location(name)
+        dt = open_table(path, version)
+        v = int(dt.version())
+        cached = self._base.get(name)
+        if cached is None or cached[0] != v:
+            files = dt.file_uris()
+            df = read_files(self.spark, Path(path), files, self.store.spark_schema(name, dt))
+            cached = (v, self._typed(name, df))
+            self._base[name] = cached
+        cached[1].createOrReplaceTempView(name)
+        return v
+
     def load_table(self, name: str, df: Any) -> None:
-        """Initial contents of a base table (replaces what was there)."""
+        """Initial contents of a base table, stored as a Delta table under the warehouse
+        (replaces what was there)."""
         table = self.catalog.table(name)
         if not table.primary_key:
             raise IdivmError(f"table {name} has no primary key; idivm needs one on every table")
         missing = [c for c in table.column_names if c not in df.columns]
         if missing:
             raise IdivmError(f"load_table {name}: missing column(s) {', '.join(missing)}")
-        df = self._typed(table.name, df.select(*table.column_names))
-        self.store.create(name, df, table.primary_key, table.primary_key[0])
-        self._register(name)
         reg = self.registry()
-        reg["tables"].setdefault(name, {"version": 0})
+        if reg["tables"].get(name, {}).get("delta"):
+            raise IdivmError(f"{name} is attached from {reg['tables'][name]['delta']}; "
+                             "write to that Delta table instead")
+        users = [v for v, e in reg["views"].items() if name in e["watermarks"]]
+        if users:
+            raise IdivmError(f"{name} is read by view(s) {', '.join(users)}; reloading it "
+                             "would cut their change feed (drop them first)")
+        self.store.create(name, self._typed(name, df.select(*table.column_names)),
+                          table.primary_key, None)
+        self._base.pop(name, None)
+        reg["tables"][name] = {}
         self._save(reg)
+        self._register_base(name)
+
+    def attach_delta(self, name: str, path: str | os.PathLike[str]) -> int:
+        """Register the user's Delta table at ``path`` as base table ``name`` (no copy: only its
+        metadata is read). Its columns must match the catalog's, and its Change Data Feed must
+        be on. Returns the table's current version (views created next start from it)."""
+        table = self.catalog.table(name)
+        if not table.primary_key:
+            raise IdivmError(f"table {name} has no primary key; idivm needs one on every table")
+        location = str(Path(path).resolve()) if "://" not in str(path) else str(path)
+        dt = open_table(location)
+        check_attachable(table, dt, location)
+        reg = self.registry()
+        if name in reg["views"]:
+            raise IdivmError(f"{name} is a view in {self.root}")
+        old = reg["tables"].get(name)
+        if old is not None and old.get("delta") != location:
+            users = [v for v, e in reg["views"].items() if name in e["watermarks"]]
+            if users:
+                raise IdivmError(f"{name} is read by view(s) {', '.join(users)}; drop them "
+                                 "before attaching another table under that name")
+        reg["tables"][name] = {"delta": location}
+        self._save(reg)
+        self._base.pop(name, None)
+        return self._register_base(name)
 
     def _typed(self, name: str, df: Any, keep: Sequence[str] = ()) -> Any:
         """Columns cast to the catalog's types (as Spark spells them)."""
@@ -163,39 +233,25 @@ class SparkMaintainer:
         return df.select(*out, *[F.col(k) for k in keep])
 
     def apply_changes(self, name: str, changes: Any) -> int:
-        """Record a CDF-shaped batch and bring the base table to its post-state.
-
-        Returns the last ``_commit_version`` recorded. A bad batch is refused before anything
-        is written.
-        """
+        """Commit a CDF-shaped batch to a base table loaded through idivm (one Delta commit, by
+        delta-rs, whose change feed records it row by row). Returns the table's new version.
+        A bad batch is refused before anything is written."""
         table = self.catalog.table(name)
         reg = self.registry()
         if name not in reg["tables"]:
             raise IdivmError(f"table {name} is not loaded (load_table first)")
-        last = int(reg["tables"][name]["version"])
-        batch, top = cdf.validate(table, changes, last)
-        if top is None:
-            return last
-        typed = self._typed(name, batch, (cdf.CHANGE_TYPE, cdf.VERSION)) \
-            .localCheckpoint(eager=True)
-        cdf.write_log(self.root, name, typed)
-        # the base table's post-state: the batch's own effective changes, applied by key
-        run = f"load_{name}_{uuid.uuid4().hex[:8]}"
-        eff = cdf.fold(self.spark, self.root, table, last, int(top), run)
+        if reg["tables"][name].get("delta"):
+            raise IdivmError(f"{name} is attached from {reg['tables'][name]['delta']}; commit "
+                             "changes to that Delta table with your own writer")
+        batch = cdf.validate(table, changes)
+        if batch is None:
+            return self.table_version(name)
+        typed = self._typed(name, batch, (cdf.CHANGE_TYPE, cdf.VERSION))
+        eff = cdf.fold(self.spark, table, typed, f"load_{name}")
         key = tuple(table.primary_key)
-        dels = eff.where("__has_pre AND NOT __has_post").select(*key)
-        ins = eff.where("__has_post").select(
-            *key, *[eff[f"{c}__post"].alias(c) for c in table.non_key_columns])
-        res = self.store.stage(run, name, [ApplyOp("del", dels, key, ()),
-                                           ApplyOp("ins", ins, key, table.column_names)],
-                               rewrite=True)  # base tables stay plain: recomputations read them
-        del res
-        self.store.publish(run, name)
-        self.store.discard(run)
-        self._register(name)
-        reg["tables"][name]["version"] = int(top)
-        self._save(reg)
-        return int(top)
+        version = self.store.merge_changes(name, eff, key, table.column_names)
+        self._register_base(name)
+        return version
 
     # -- views ----------------------------------------------------------------------------------
     def plan_of(self, name: str) -> Plan:
@@ -205,34 +261,49 @@ class SparkMaintainer:
                 raise BackendError(f"no idivm view {name!r} in {self.root}")
             self._plans[name] = plan(entry["sql"], self.catalog, name=name,
                                      changes=entry.get("changes"),
-                                     strategy=entry.get("strategy", "id"))
+                                     strategy=_planned(entry.get("strategy", "id")))
         return self._plans[name]
 
     def create_view(self, name: str, view_sql: str,
                     changes: Mapping[str, Sequence[str]] | None = None,
-                    strategy: Strategy = "id") -> Plan:
-        """Materialize the view and its caches (refused SQL raises before anything is written).
-        ``strategy``: ``id`` (the default), ``tuple`` (t-diffs, the baseline) or ``recompute``."""
-        p = plan(view_sql, self.catalog, name=name, changes=changes, strategy=strategy)
+                    strategy: RefreshStrategy = "auto") -> Plan:
+        """Materialize the view and its caches as Delta tables (refused SQL raises before
+        anything is written). ``strategy``: ``auto`` (the default: each refresh maintains or
+        recomputes, whichever is estimated cheaper), ``id`` (always the ID-based Δ-script),
+        ``tuple`` (t-diffs, the baseline) or ``recompute``."""
+        if strategy not in ("auto", "id", "tuple", "recompute"):
+            raise IdivmError(f"strategy must be auto, id, tuple or recompute, not {strategy!r}")
+        p = plan(view_sql, self.catalog, name=name, changes=changes,
+                 strategy=_planned(strategy))
         reg = self.registry()
         if name in reg["views"] or name in reg["tables"]:
             raise BackendError(f"{name} already exists in {self.root}")
         missing = [t for t in p.tables if t not in reg["tables"]]
         if missing:
-            raise BackendError(f"load_table first: {', '.join(missing)}")
+            raise BackendError(f"load_table or attach_delta first: {', '.join(missing)}")
+        versions = {t: self._register_base(t) for t in p.tables}
+        t0 = time.perf_counter()
         for m, query in p.materialize_queries():
             df = self.spark.sql(query_sql(query, "spark"))
             self.store.create(m.name, df, m.key, _bucket_col(p, m.name, m.key))
             self._register(m.name)
+        seconds = time.perf_counter() - t0
         self._register_view(name, p.store.name, p.columns)
         reg["views"][name] = {
             "sql": view_sql, "changes": {k: list(v) for k, v in changes.items()} if changes
             else None, "strategy": strategy, "store": p.store.name, "columns": list(p.columns),
-            "materialized": [m.name for m in p.materialized],
-            "watermarks": {t: int(reg["tables"][t]["version"]) for t in p.tables}}
+            "materialized": [m.name for m in p.materialized], "watermarks": versions,
+            "cost": History().with_recompute(seconds, self._base_rows(p, versions)).as_dict()}
         self._save(reg)
         self._plans[name] = p
         return p
+
+    def view_location(self, name: str) -> str:
+        """The Delta table holding the view's rows: any Delta reader (delta-rs, duckdb, Spark)
+        can read it, its change feed and its earlier versions. Besides the view's columns it
+        has the hidden columns idivm keeps (IDs and counts, named ``__…``, and
+        ``__idivm_bucket``, the partition column)."""
+        return str(self.store.path(self.plan_of(name).store.name))
 
     def read_view(self, name: str) -> Any:
         """The view as a DataFrame with exactly its declared columns."""
@@ -252,21 +323,34 @@ class SparkMaintainer:
 
     def status(self) -> list[dict[str, Any]]:
         reg = self.registry()
-        return [{"view": v, "watermarks": e["watermarks"],
-                 "pending_versions": {t: int(reg["tables"][t]["version"]) - int(w)
-                                      for t, w in e["watermarks"].items()},
-                 "pending_idiff_rows": {m: sum(int(x["rows"]) for x in self.store.pending(m))
-                                        for m in e["materialized"] if self.store.exists(m)}}
+        now = {t: self.table_version(t) for t in reg["tables"]}
+        return [{"view": v, "strategy": e.get("strategy", "id"), "watermarks": e["watermarks"],
+                 "pending_versions": {t: now[t] - int(w) for t, w in e["watermarks"].items()},
+                 "location": str(self.store.path(e["store"])),
+                 "last_refresh": e.get("last_refresh")}
                 for v, e in sorted(reg["views"].items())]
+
+    def _base_rows(self, p: Plan, versions: Mapping[str, int]) -> int | None:
+        """Rows of the view's base tables at those versions, from the Delta logs' file
+        statistics (no data read); None when a file carries no row count."""
+        total = 0
+        for t in p.tables:
+            for a in add_actions(open_table(self.table_location(t), versions[t])):
+                if a.get("num_records") is None:
+                    return None
+                total += int(a["num_records"])
+        return total
 
     # -- maintenance ----------------------------------------------------------------------------
     def _manifest(self, name: str) -> Path:
-        return self.root / "_staging" / f"{name}.manifest.json"
+        return self.root / STAGING / f"{name}.manifest.json"
 
-    def maintain(self, name: str) -> SparkMaintenanceStats:
-        """Bring the view up to date with every recorded change after its watermark."""
-        from pyspark.sql import functions as F
-
+    def maintain(self, name: str, strategy: RefreshStrategy | None = None
+                 ) -> SparkMaintenanceStats:
+        """Bring the view up to date with every base-table version after its watermark.
+        ``strategy`` overrides the view's for this refresh (``id`` forces the Δ-script,
+        ``recompute`` a recomputation, ``auto`` estimates both); the choice and its reason are
+        in the returned stats and in ``status``."""
         p = self.plan_of(name)
         stats = SparkMaintenanceStats(name)
         start = time.perf_counter()
@@ -275,95 +359,47 @@ class SparkMaintainer:
         self._dirty.add(name)
         self._sweep(name)
         if self._manifest(name).exists():  # a run staged everything, then died: finish it
-            self._publish(p, json.loads(self._manifest(name).read_text()))
+            self._publish(p, json.loads(self._manifest(name).read_text()), stats)
             stats.recovered = True
         reg = self.registry()
         entry = reg["views"][name]
-        upto = {t: int(reg["tables"][t]["version"]) for t in p.tables}
+        asked: RefreshStrategy = strategy or entry.get("strategy", "id")
+        if asked == "tuple" and entry.get("strategy") != "tuple":
+            raise IdivmError("strategy='tuple' is chosen at create_view (it plans t-diffs)")
         since = {t: int(entry["watermarks"][t]) for t in p.tables}
+        upto = {t: self.table_version(t) for t in p.tables}
+        stats.versions = {t: [since[t], upto[t]] for t in p.tables}
         if upto == since:
             self._dirty.discard(name)
             stats.seconds = time.perf_counter() - start
             return stats
+        for t in p.tables:
+            if upto[t] < since[t]:
+                raise IdivmError(f"{t} is at version {upto[t]}, older than the version "
+                                 f"{since[t]} view {name} consumed (was the table replaced?); "
+                                 "recreate the view")
         run = f"{name}_{uuid.uuid4().hex[:8]}"
         staged: list[str] = []
         try:
             self._step("fold")
-            folded: dict[str, Any] = {}
+            feeds: dict[str, tuple[Any, int]] = {}
             for t in p.tables:
-                table = self.catalog.table(t)
-                if upto[t] == since[t]:  # no new version: no job needed to know it is empty
-                    if t not in self._no_changes:  # analyzed once: its schema never changes
-                        self._no_changes[t] = cdf.empty_changes(self.spark, table)
-                    chg = self._no_changes[t]
-                    stats.changes[t] = 0
-                else:
-                    chg = cdf.fold(self.spark, self.root, table, since[t], upto[t],
-                                   name).localCheckpoint(eager=False)  # the count job fills it
-                    folded[change_table(t)] = chg
-                chg.createOrReplaceTempView(change_table(t))
-            known = {change_table(t): n for t, n in stats.changes.items()}
-            known |= self._instance_sizes(p, stats, known)
-            for ct, chg in folded.items():
-                if known[ct] <= BROADCAST_ROWS:
-                    F.broadcast(chg).createOrReplaceTempView(ct)
-            uses = Counter(r for st in p.statements for r in _reads(st))
-            computes = {st.name: st for st in p.statements if isinstance(st, Compute)}
-            ready: set[str] = set()  # i-diffs registered as temp views in this run
-            statements = list(p.statements)
-            i = 0
-            while i < len(statements):
-                s = statements[i]
-                if isinstance(s, Compute):
-                    reads = _reads(s)
-                    inputs = [r for r in reads if r in known]
-                    if known.get(s.name) == 0 or inputs and all(known[r] == 0 for r in inputs):
-                        known[s.name] = 0  # counted empty, or only empty i-diffs in: not run
-                        i += 1
-                        continue
-                    self._step(s.name)
-                    t0 = time.perf_counter()
-                    empty = {r for r in reads if known.get(r) == 0}
-                    for r in empty & computes.keys():  # empty inputs a live statement reads
-                        self._ensure_empty(p, computes, r, ready)
-                    df = self.spark.sql(query_sql(prune_empty(s.query, empty), "spark"))
-                    if uses[s.name] > 1 and s.phase != "instance":
-                        df = df.localCheckpoint(eager=True)  # read more than once: keep it
-                        known[s.name] = df.count()
-                        stats.idiff_rows[s.name] = known[s.name]
-                        if known[s.name] <= BROADCAST_ROWS:
-                            df = F.broadcast(df)
-                    df.createOrReplaceTempView(s.name)
-                    ready.add(s.name)
-                    stats.statements.append((s.name, time.perf_counter() - t0))
-                    i += 1
-                    continue
-                target = s.target
-                ops: list[ApplyOp] = []
-                while i < len(statements) and isinstance(statements[i], Apply) and \
-                        statements[i].target == target:  # type: ignore[union-attr]
-                    a = statements[i]
-                    assert isinstance(a, Apply)
-                    if known.get(a.diff) != 0:
-                        ops.append(ApplyOp(a.kind, self.spark.table(a.diff), a.ids, a.columns,
-                                           a.nullable))
-                    i += 1
-                if not ops:
-                    continue
-                self._step(f"stage {target}")
-                t0 = time.perf_counter()
-                res = self.store.stage(run, target, ops)
-                stats.partitions_rewritten[target] = (len(res.touched), res.total)
-                stats.pending_rows[target] = res.pending_rows
-                for op, n in zip(ops, res.rows, strict=True):
-                    stats.idiff_rows[f"{op.kind} → {target}"] = \
-                        stats.idiff_rows.get(f"{op.kind} → {target}", 0) + n
-                if any(target in _reads(st) for st in statements[i:]):
-                    res.post_state.createOrReplaceTempView(target)  # later statements read it
-                staged.append(target)
-                stats.statements.append((f"stage {target}", time.perf_counter() - t0))
+                self._register_base(t, upto[t])
+                feeds[t] = cdf.read_cdf(self.spark, self.catalog.table(t),
+                                        self.table_location(t), since[t], upto[t]) \
+                    if upto[t] > since[t] else (None, 0)
+            history = History.from_dict(entry.get("cost"))
+            n = sum(rows for _, rows in feeds.values())
+            decision = decide(asked, n, self._base_rows(p, upto)
+                              if asked == "auto" else None, history)
+            stats.decision = decision.as_dict()
+            if decision.choice == "recompute":
+                staged = self._stage_recompute(p, run, stats)
+            else:
+                staged = self._stage_script(p, run, feeds, stats)
             self._step("manifest")
-            manifest = {"run": run, "targets": staged, "upto": upto}
+            manifest = {"run": run, "targets": staged, "upto": upto,
+                        "decision": stats.decision}
             self._manifest(name).parent.mkdir(parents=True, exist_ok=True)
             tmp = self._manifest(name).with_suffix(".tmp")
             tmp.write_text(json.dumps(manifest))
@@ -372,11 +408,123 @@ class SparkMaintainer:
             self.store.discard(run)
             self._reset_views(p)
             raise
-        self._publish(p, manifest)
+        self._publish(p, manifest, stats)
         self._drop_temps(p)
         self._dirty.discard(name)
         stats.seconds = time.perf_counter() - start
+        self._record(p, stats, n, upto)
         return stats
+
+    def _record(self, p: Plan, stats: SparkMaintenanceStats, changes: int,
+                upto: Mapping[str, int]) -> None:
+        """What this refresh cost, for the next one's estimate and for ``status``."""
+        reg = self.registry()
+        entry = reg["views"][p.name]
+        h = History.from_dict(entry.get("cost"))
+        if stats.decision.get("choice") == "recompute":
+            h = h.with_recompute(stats.seconds, self._base_rows(p, upto))
+        else:
+            h = h.with_maintain(changes, stats.seconds)
+        entry["cost"] = h.as_dict()
+        entry["last_refresh"] = {**stats.decision, "seconds": round(stats.seconds, 3),
+                                 "changes": changes}
+        self._save(reg)
+
+    def _stage_recompute(self, p: Plan, run: str, stats: SparkMaintenanceStats) -> list[str]:
+        """Stage every stored relation anew from its query over the base tables."""
+        staged = []
+        for m, query in p.materialize_queries():
+            self._step(f"stage {m.name}")
+            t0 = time.perf_counter()
+            df = self.spark.sql(query_sql(query, "spark"))
+            res = self.store.stage(run, m.name, [ApplyOp("replace", df, (), m.columns)])
+            stats.partitions_rewritten[m.name] = (len(res.touched), res.total)
+            stats.idiff_rows[f"replace → {m.name}"] = res.rows[0]
+            staged.append(m.name)
+            stats.statements.append((f"recompute {m.name}", time.perf_counter() - t0))
+        return staged
+
+    def _stage_script(self, p: Plan, run: str, feeds: Mapping[str, tuple[Any, int]],
+                      stats: SparkMaintenanceStats) -> list[str]:
+        """Run the Δ-script over the folded feeds, staging each target's APPLYs."""
+        from pyspark.sql import functions as F
+
+        folded: dict[str, Any] = {}
+        for t in p.tables:
+            table = self.catalog.table(t)
+            feed, _ = feeds[t]
+            if feed is None:  # no new row: no job needed to know it is empty
+                if t not in self._no_changes:  # analyzed once: its schema never changes
+                    self._no_changes[t] = cdf.empty_changes(self.spark, table)
+                chg = self._no_changes[t]
+                stats.changes[t] = 0
+            else:
+                chg = cdf.fold(self.spark, table, self._typed(t, feed, (cdf.CHANGE_TYPE,
+                                                                      cdf.VERSION)),
+                               p.name).localCheckpoint(eager=False)  # the count job fills it
+                folded[change_table(t)] = chg
+            chg.createOrReplaceTempView(change_table(t))
+        known = {change_table(t): n for t, n in stats.changes.items()}
+        known |= self._instance_sizes(p, stats, known)
+        for ct, chg in folded.items():
+            if known[ct] <= BROADCAST_ROWS:
+                F.broadcast(chg).createOrReplaceTempView(ct)
+        uses = Counter(r for st in p.statements for r in _reads(st))
+        computes = {st.name: st for st in p.statements if isinstance(st, Compute)}
+        ready: set[str] = set()  # i-diffs registered as temp views in this run
+        statements = list(p.statements)
+        staged: list[str] = []
+        i = 0
+        while i < len(statements):
+            s = statements[i]
+            if isinstance(s, Compute):
+                reads = _reads(s)
+                inputs = [r for r in reads if r in known]
+                if known.get(s.name) == 0 or inputs and all(known[r] == 0 for r in inputs):
+                    known[s.name] = 0  # counted empty, or only empty i-diffs in: not run
+                    i += 1
+                    continue
+                self._step(s.name)
+                t0 = time.perf_counter()
+                empty = {r for r in reads if known.get(r) == 0}
+                for r in empty & computes.keys():  # empty inputs a live statement reads
+                    self._ensure_empty(p, computes, r, ready)
+                df = self.spark.sql(query_sql(prune_empty(s.query, empty), "spark"))
+                if uses[s.name] > 1 and s.phase != "instance":
+                    df = df.localCheckpoint(eager=True)  # read more than once: keep it
+                    known[s.name] = df.count()
+                    stats.idiff_rows[s.name] = known[s.name]
+                    if known[s.name] <= BROADCAST_ROWS:
+                        df = F.broadcast(df)
+                df.createOrReplaceTempView(s.name)
+                ready.add(s.name)
+                stats.statements.append((s.name, time.perf_counter() - t0))
+                i += 1
+                continue
+            target = s.target
+            ops: list[ApplyOp] = []
+            while i < len(statements) and isinstance(statements[i], Apply) and \
+                    statements[i].target == target:  # type: ignore[union-attr]
+                a = statements[i]
+                assert isinstance(a, Apply)
+                if known.get(a.diff) != 0:
+                    ops.append(ApplyOp(a.kind, self.spark.table(a.diff), a.ids, a.columns,
+                                       a.nullable))
+                i += 1
+            if not ops:
+                continue
+            self._step(f"stage {target}")
+            t0 = time.perf_counter()
+            res = self.store.stage(run, target, ops)
+            stats.partitions_rewritten[target] = (len(res.touched), res.total)
+            for op, n in zip(ops, res.rows, strict=True):
+                stats.idiff_rows[f"{op.kind} → {target}"] = \
+                    stats.idiff_rows.get(f"{op.kind} → {target}", 0) + n
+            if any(target in _reads(st) for st in statements[i:]):
+                res.post_state.createOrReplaceTempView(target)  # later statements read it
+            staged.append(target)
+            stats.statements.append((f"stage {target}", time.perf_counter() - t0))
+        return staged
 
     def _ensure_empty(self, p: Plan, computes: Mapping[str, Compute], name: str,
                       ready: set[str]) -> None:
@@ -442,19 +590,21 @@ class SparkMaintainer:
         keep = None
         if self._manifest(name).exists():
             keep = json.loads(self._manifest(name).read_text())["run"]
-        staging = self.root / "_staging"
+        staging = self.root / STAGING
         if staging.exists():
             for d in staging.glob(f"{name}_*"):
                 if d.is_dir() and d.name != keep:
                     self.store.discard(d.name)
 
-    def _publish(self, p: Plan, manifest: Mapping[str, Any]) -> None:
-        """Copy staged buckets into place (repeatable), then move the watermark, last."""
+    def _publish(self, p: Plan, manifest: Mapping[str, Any],
+                 stats: SparkMaintenanceStats) -> None:
+        """Commit each staged relation (repeatable), then move the watermark, last."""
         run = manifest["run"]
         try:
             for target in manifest["targets"]:
                 self._step(f"publish {target}")
                 self.store.publish(run, target)
+                stats.committed[target] = self.store.version(target)
             self._step("watermark")
             reg = self.registry()
             reg["views"][p.name]["watermarks"] = {t: int(v) for t, v in
@@ -464,11 +614,6 @@ class SparkMaintainer:
             self._reset_views(p)
         self._manifest(p.name).unlink(missing_ok=True)
         self.store.discard(run)
-        for t in p.tables:
-            marks = [int(e["watermarks"][t]) for e in reg["views"].values()
-                     if t in e["watermarks"]]
-            if marks:
-                cdf.prune(self.root, t, min(marks))
 
     def _reset_views(self, p: Plan) -> None:
         """Temp views back to the stored relations (undo the staged post-states)."""
@@ -484,30 +629,14 @@ class SparkMaintainer:
         for t in p.tables:
             self.spark.catalog.dropTempView(change_table(t))
 
-    def compact(self, name: str) -> dict[str, tuple[int, int]]:
-        """Fold the pending i-diffs of the view and its caches into their buckets (what a
-        maintenance round does by itself past the thresholds); returns buckets rewritten out
-        of all, per relation. Contents do not change, so no manifest is needed: re-applying
-        pending i-diffs to buckets that already hold their effect changes nothing (each APPLY
-        sets post-state values by IDs, and a later one overrides an earlier one)."""
-        p = self.plan_of(name)
-        out: dict[str, tuple[int, int]] = {}
-        for m in p.materialized:
-            if not self.store.exists(m.name) or not self.store.pending(m.name):
-                continue
-            run = f"{name}_{uuid.uuid4().hex[:8]}"
-            try:
-                res = self.store.stage(run, m.name, [], rewrite=True)
-                self.store.publish(run, m.name)
-            finally:
-                self.store.discard(run)
-            out[m.name] = (len(res.touched), res.total)
-        self._reset_views(p)
-        return out
-
     def recompute(self, name: str) -> Any:
-        """The view's query run from scratch over the base tables (for comparison)."""
-        return self.spark.sql(query_sql(self.plan_of(name).recompute_query(), "spark"))
+        """The view's query run from scratch over the base tables at the versions the view
+        reflects (its watermarks): what the maintained view must equal."""
+        p = self.plan_of(name)
+        marks = self.registry()["views"][name]["watermarks"]
+        for t in p.tables:
+            self._register_base(t, int(marks[t]))
+        return self.spark.sql(query_sql(p.recompute_query(), "spark"))
 
 
 def _reads(s: Any) -> list[str]:
@@ -526,3 +655,63 @@ def _bucket_col(p: Plan, target: str, key: Sequence[str]) -> str | None:
         if sets and all(k in ids for ids in sets):
             return k
     return key[0] if key else None
+
+
+def _planned(strategy: str) -> Strategy:
+    """The planner's strategy for a view's refresh strategy (``auto`` plans the ID-based
+    Δ-script and may recompute instead)."""
+    return "id" if strategy == "auto" else strategy  # type: ignore[return-value]
+
+
+# Delta types as Spark SQL spells them, for comparing an attached table with the catalog
+_DELTA_TYPES = {"integer": "INT", "long": "BIGINT", "short": "SMALLINT", "byte": "TINYINT",
+                "string": "STRING", "boolean": "BOOLEAN", "double": "DOUBLE", "float": "FLOAT",
+                "date": "DATE", "timestamp": "TIMESTAMP", "timestamp_ntz": "TIMESTAMP_NTZ",
+                "binary": "BINARY"}
+
+
+def check_attachable(table: Any, dt: Any, location: str) -> None:
+    """Refuse a Delta table idivm cannot maintain views over, saying why and how to fix it:
+    CDF off, a reader feature whose files Spark would misread, columns missing or typed
+    otherwise than the catalog says, files outside hive-style partition directories."""
+    conf = dt.metadata().configuration
+    if str(conf.get("delta.enableChangeDataFeed", "false")).lower() != "true":
+        raise DeltaError(
+            f"the Delta table at {location} has its Change Data Feed off; idivm maintains views "
+            "from it. Enable it (delta-rs: DeltaTable(path).alter.set_table_properties("
+            "{'delta.enableChangeDataFeed': 'true'}); Spark SQL: ALTER TABLE … SET TBLPROPERTIES "
+            "(delta.enableChangeDataFeed = true)) and attach again")
+    features = set(dt.protocol().reader_features or ())
+    bad = sorted(features & {"deletionVectors", "columnMapping", "v2Checkpoint"})
+    if bad:
+        raise DeltaError(f"the Delta table at {location} uses reader feature(s) "
+                         f"{', '.join(bad)}, which idivm's Spark reader does not support")
+    fields = {f["name"]: f["type"] for f in json.loads(dt.schema().to_json())["fields"]}
+    problems = []
+    for col in table.columns:
+        if col.name not in fields:
+            problems.append(f"column {col.name} is missing")
+            continue
+        want = exp.DataType.build(col.type, dialect="postgres").sql("spark")
+        have = fields[col.name]
+        have_sql = _DELTA_TYPES.get(have, have.upper()) if isinstance(have, str) else str(have)
+        if _norm_type(want) != _norm_type(have_sql):
+            problems.append(f"column {col.name} is {have}, the catalog says {col.type}")
+    if problems:
+        raise DeltaError(f"the Delta table at {location} does not match table {table.name}: "
+                         + "; ".join(problems))
+    partition = list(dt.metadata().partition_columns)
+    if partition:
+        for uri in dt.file_uris()[:100]:
+            if not all(f"/{k}=" in uri for k in partition):
+                raise DeltaError(f"the Delta table at {location} keeps partition values "
+                                 "outside its file paths (random file prefixes); idivm's Spark "
+                                 "reader needs hive-style partition directories")
+
+
+def _norm_type(spark_sql: str) -> str:
+    """Spark SQL type text compared loosely: text types are one, decimals by precision."""
+    t = exp.DataType.build(spark_sql, dialect="spark")
+    if t.is_type(*exp.DataType.TEXT_TYPES):
+        return "STRING"
+    return t.sql("spark").replace(" ", "")

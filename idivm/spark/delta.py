@@ -1,0 +1,422 @@
+"""Delta Lake tables as the Spark backend's storage: Spark computes, delta-rs commits.
+
+Every stored relation — base table, cache, view — is a Delta table with its Change Data Feed
+on, readable by any Delta reader (delta-rs, duckdb's ``delta`` extension, Spark with Delta).
+No Delta jars are needed: Spark reads a table at a version through the list of its live files
+(``DeltaTable(path, version).file_uris()`` — never the directory, which also holds removed
+files), and writes new data files that a delta-rs transaction then commits.
+
+Caches and views are partitioned by ``__idivm_bucket = pmod(xxhash64(id), N)`` over an ID that
+their i-diffs name rows by, so a refresh rewrites only the files of the buckets its i-diffs
+touch: stage writes their post-state next to the table (invisible to readers: not in the log),
+publish commits the removal of the touched buckets' files and the addition of the staged ones
+as one Delta commit. The commit carries an application transaction
+(``idivm``, version = the table version it was staged against + 1), so publishing again after a
+crash commits nothing twice. Base tables keep the user's shape (no bucket column); changes
+handed to idivm as DataFrames are merged into them by delta-rs, which records row-level CDF.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlglot import exp
+
+from idivm.errors import BackendError
+from idivm.planner.ruleapi import c, select, subquery, t, union_all
+from idivm.spark.storage import ApplyOp, StageResult, apply_sql, on_ids
+
+BUCKET = "__idivm_bucket"
+TXN_APP = "idivm"
+CDF_ON = {"delta.enableChangeDataFeed": "true"}
+STAGING = "_idivm_staging"  # under the warehouse root, never inside a table's directory
+
+
+class DeltaError(BackendError):
+    """A Delta table idivm cannot use as asked (missing, wrong schema, CDF off, …)."""
+
+
+def _delta() -> Any:
+    try:
+        import deltalake
+    except ImportError as e:  # pragma: no cover - a declared dependency
+        raise DeltaError("the Spark backend stores Delta tables through delta-rs: "
+                         "pip install deltalake") from e
+    return deltalake
+
+
+def open_table(path: str | os.PathLike[str], version: int | None = None) -> Any:
+    """The Delta table at ``path`` (at ``version``), or a clear error."""
+    dl = _delta()
+    p = str(path)
+    if not dl.DeltaTable.is_deltatable(p):
+        raise DeltaError(f"no Delta table at {p}")
+    try:
+        return dl.DeltaTable(p, version=version)
+    except Exception as e:  # delta-rs raises its own types (e.g. a vacuumed version)
+        at = f" at version {version}" if version is not None else ""
+        raise DeltaError(f"cannot open the Delta table at {p}{at}: {e}") from e
+
+
+def arrow(data: Any) -> Any:
+    """A pyarrow Table from delta-rs's Arrow output, with the view types Spark cannot take
+    (``string_view``, ``binary_view``, unsigned ints) cast to plain ones."""
+    import pyarrow as pa
+
+    table = pa.table(data)
+    fields = []
+    for f in table.schema:
+        ty = f.type
+        if pa.types.is_string_view(ty) or pa.types.is_large_string(ty):
+            ty = pa.string()
+        elif pa.types.is_binary_view(ty) or pa.types.is_large_binary(ty):
+            ty = pa.binary()
+        elif pa.types.is_unsigned_integer(ty):
+            ty = pa.int64()
+        fields.append(pa.field(f.name, ty, f.nullable))
+    return table.cast(pa.schema(fields))
+
+
+def arrow_schema(spark_schema: Any) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema)
+
+
+def add_actions(dt: Any) -> list[dict[str, Any]]:
+    """The table's live files: path, size, records, partition values (metadata only)."""
+    return list(arrow(dt.get_add_actions(flatten=True)).to_pylist())
+
+
+def read_files(spark: Any, root: Path, files: Sequence[str], schema: Any) -> Any:
+    """Rows of some files of a table at ``root`` (hive-style partition directories, as every
+    Delta writer lays them out), with the table's Spark ``schema``."""
+    if not files:
+        return spark.createDataFrame([], schema)
+    paths = [f if "://" in f or f.startswith("/") else str(root / f) for f in files]
+    return spark.read.schema(schema).option("basePath", str(root)).parquet(*paths)
+
+
+class DeltaStore:
+    """Caches and views as bucketed Delta tables under ``root/tables`` (see module doc)."""
+
+    def __init__(self, spark: Any, root: Path, rows_per_bucket: int = 2000,
+                 max_buckets: int = 1024, buckets: int | None = None) -> None:
+        self.spark = spark
+        # Delta readers expect parquet timestamps as INT64 micros (Spark's default is INT96)
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        self.root = root
+        self.rows_per_bucket = rows_per_bucket
+        self.max_buckets = max_buckets
+        self.fixed_buckets = buckets
+        self._reads: dict[tuple[str, int], Any] = {}  # DataFrame per (relation, version)
+
+    # -- layout -------------------------------------------------------------------------------
+    def path(self, name: str) -> Path:
+        return self.root / "tables" / name
+
+    def staging(self, run: str, name: str) -> Path:
+        return self.root / STAGING / run / name
+
+    def table(self, name: str, version: int | None = None) -> Any:
+        return open_table(self.path(name), version)
+
+    def exists(self, name: str) -> bool:
+        return bool(_delta().DeltaTable.is_deltatable(str(self.path(name))))
+
+    def layout(self, name: str) -> dict[str, Any]:
+        """Key, bucket column and bucket count, kept as JSON in the table's description
+        (delta-rs accepts no table properties outside ``delta.*``)."""
+        out: dict[str, Any] = {"key": [], "bucket_col": None, "buckets": 1}
+        out |= json.loads(self.table(name).metadata().description or "{}").get("idivm", {})
+        return out
+
+    def partitions(self, name: str) -> int:
+        return int(self.layout(name)["buckets"])
+
+    def spark_schema(self, name: str, dt: Any = None) -> Any:
+        from pyspark.sql.types import StructType
+
+        dt = dt or self.table(name)
+        return StructType.fromJson(json.loads(dt.schema().to_json()))
+
+    # -- create / read / drop -------------------------------------------------------------------
+    def create(self, name: str, df: Any, key: Sequence[str], bucket_col: str | None) -> None:
+        """A new Delta table holding ``df``; bucketed by ``bucket_col`` unless None (base
+        tables keep their own shape). Replaces a table of that name (its history goes)."""
+        from pyspark.sql import functions as F
+
+        path = self.path(name)
+        if path.exists():
+            shutil.rmtree(path)
+        self._forget(name)
+        layout: dict[str, Any] = {"key": list(key)}
+        run = uuid.uuid4().hex[:12]
+        out = self.staging(run, name)
+        partition: list[str] = []
+        if bucket_col is not None:
+            rows = df.count()
+            n = self.fixed_buckets or _pow2(max(1, rows // self.rows_per_bucket))
+            n = max(1, min(n, self.max_buckets))
+            layout |= {"bucket_col": bucket_col, "buckets": n}
+            df = df.withColumn(BUCKET, _bucket_of(F.col(f"`{bucket_col}`"), n))
+            # one file per bucket: without the shuffle every task writes into every bucket
+            df.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET).parquet(str(out))
+            partition = [BUCKET]
+        else:
+            df.write.mode("overwrite").parquet(str(out))
+        adds = _move_files(out, path, run)
+        from deltalake.transaction import create_table_with_add_actions
+
+        schema = _delta().Schema.from_arrow(arrow_schema(df.schema))
+        create_table_with_add_actions(str(path), schema, [_add(a) for a in adds],
+                                      mode="overwrite", partition_by=partition or None,
+                                      configuration=CDF_ON,
+                                      description=json.dumps({"idivm": layout}))
+        shutil.rmtree(self.root / STAGING / run, ignore_errors=True)
+
+    def read(self, name: str, version: int | None = None) -> Any:
+        """The relation (without its bucket column) at ``version`` (default: the latest)."""
+        return self.read_raw(name, version).drop(BUCKET)
+
+    def read_raw(self, name: str, version: int | None = None) -> Any:
+        dt = self.table(name, version)
+        v = int(dt.version())
+        if (name, v) not in self._reads:
+            self._reads[(name, v)] = read_files(self.spark, self.path(name),
+                                                [a["path"] for a in add_actions(dt)],
+                                                self.spark_schema(name, dt))
+        return self._reads[(name, v)]
+
+    def version(self, name: str) -> int:
+        return int(self.table(name).version())
+
+    def drop(self, name: str) -> None:
+        shutil.rmtree(self.path(name), ignore_errors=True)
+        self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        for k in [k for k in self._reads if k[0] == name]:
+            del self._reads[k]
+
+    # -- base-table changes (merged by delta-rs, which records row-level CDF) -------------------
+    def merge_changes(self, name: str, effective: Any, key: Sequence[str],
+                      columns: Sequence[str]) -> int:
+        """Apply effective changes (key, c__post, __has_pre, __has_post) to a base table as
+        one delta-rs MERGE; returns the new version."""
+        src = arrow(effective.toArrow())
+        if src.num_rows == 0:
+            return self.version(name)
+        dt = self.table(name)
+        q = _quote
+        on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
+        others = [k for k in columns if k not in key]
+        posts = {q(k): f"s.{q(k + '__post')}" for k in others}
+        merger = dt.merge(src, predicate=on, source_alias="s", target_alias="t") \
+            .when_matched_delete(predicate="NOT s.__has_post")
+        if posts:
+            merger = merger.when_matched_update(updates=posts, predicate="s.__has_post")
+        merger.when_not_matched_insert(
+            updates={q(k): f"s.{q(k)}" for k in key} | posts,
+            predicate="s.__has_post").execute()
+        self._forget(name)
+        return self.version(name)
+
+    # -- staging and publishing a refresh -------------------------------------------------------
+    def _touched(self, layout: Mapping[str, Any], raw: str,
+                 ops: Sequence[tuple[ApplyOp, str]]) -> tuple[list[int], list[int]]:
+        """The buckets the operations touch, and how many rows each names (one Spark job)."""
+        col, n = layout["bucket_col"], int(layout["buckets"])
+        parts: list[exp.Select] = []
+        for i, (op, d) in enumerate(ops):
+            if op.kind == "ins" or col in op.ids:
+                parts.append(select([("__op", exp.Literal.number(i)),
+                                     (BUCKET, _bucket_sql(c(col, "d"), n))], t(d, "d")))
+            else:  # the i-diff names rows by other IDs: find the buckets of those rows
+                q = select([("__op", exp.Literal.number(i)), (BUCKET, c(BUCKET, "r"))],
+                           t(raw, "r"))
+                parts.append(q.join(t(d, "d"), on=on_ids(op.ids, "r", "d", op.nullable),
+                                    join_type="left semi"))
+        u = subquery(union_all(parts), "u")
+        q = select([("__op", c("__op", "u")), (BUCKET, c(BUCKET, "u")),
+                    ("n", exp.func("COUNT", exp.Star()))], u).group_by(
+            c("__op", "u"), c(BUCKET, "u"))
+        rows = self.spark.sql(q.sql("spark")).collect()
+        per_op = [0] * len(ops)
+        for r in rows:
+            per_op[int(r["__op"])] += int(r["n"])
+        return sorted({int(r[BUCKET]) for r in rows}), per_op
+
+    def stage(self, run: str, name: str, ops: Sequence[ApplyOp]) -> StageResult:
+        """Write the post-state of every bucket the operations touch (a ``replace``: of the
+        whole relation) next to the table, and record the commit that will publish it."""
+        dt = self.table(name)
+        layout = self.layout(name)
+        out = self.staging(run, name)
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        schema = self.spark_schema(name, dt)
+        fields = [f for f in schema.fields if f.name != BUCKET]
+        cols = [f.name for f in fields]
+        files = add_actions(dt)
+        n = int(layout["buckets"])
+        if any(op.kind == "replace" for op in ops):
+            if len(ops) != 1:
+                raise ValueError("a replace must be the only operation of its stage")
+            touched = list(range(n))
+            rows_df = ops[0].diff.select(*[c_.name for c_ in fields])
+            per_op: list[int] = []
+        else:
+            raw = f"__idivm_raw_{name}"
+            self.read_raw(name).createOrReplaceTempView(raw)
+            named = []
+            for i, op in enumerate(ops):
+                d = f"__idivm_op{i}_{name}"
+                op.diff.createOrReplaceTempView(d)
+                named.append((op, d))
+            touched, per_op = self._touched(layout, raw, named)
+            old = f"__idivm_old_{name}"
+            read_files(self.spark, self.path(name),
+                       [f["path"] for f in files if _bucket_value(f) in set(touched)],
+                       schema).createOrReplaceTempView(old)
+            q: exp.Select = select([(k, c(k, "r")) for k in cols], t(old, "r"))
+            for i, (op, d) in enumerate(named):
+                q = apply_sql(q, op, d, cols, layout["key"], f"s{i}")
+            rows_df = self.spark.sql(q.sql("spark"))
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        seen = Observation(f"idivm_staged_{run}_{name}")
+        typed = rows_df.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
+                                 for f in fields])
+        typed = typed.withColumn(BUCKET, _bucket_of(F.col(f"`{layout['bucket_col']}`"), n))
+        data = out / "files"
+        typed.observe(seen, F.count(F.lit(1)).alias("n")).repartition(BUCKET).write \
+            .mode("overwrite").partitionBy(BUCKET).parquet(str(data))
+        rows = int(seen.get["n"])
+        removed = [f for f in files if _bucket_value(f) in set(touched)]
+        adds = _list_files(data)
+        info = {"base_version": int(dt.version()), "touched": touched, "rows": rows,
+                "adds": adds,
+                "removes": [{"path": f["path"], "size": int(f["size_bytes"]),
+                             "bucket": _bucket_value(f)} for f in removed]}
+        (out / "_stage.json").write_text(json.dumps(info))
+        if any(op.kind == "replace" for op in ops):
+            per_op = [rows]
+
+        def post() -> Any:
+            kept = [f["path"] for f in files if _bucket_value(f) not in set(touched)]
+            before = read_files(self.spark, self.path(name), kept, schema)
+            staged = read_files(self.spark, data, [a["path"] for a in adds], schema)
+            return before.unionByName(staged).drop(BUCKET)
+
+        return StageResult(touched, n, per_op, post)
+
+    def publish(self, run: str, name: str) -> None:
+        """Commit a staged refresh: remove the touched buckets' files, add the staged ones, in
+        one Delta commit. Repeatable: a commit already made (its application transaction is
+        recorded in the table) is not made again."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.transaction import RemoveAction
+
+        out = self.staging(run, name)
+        info = json.loads((out / "_stage.json").read_text())
+        target = int(info["base_version"]) + 1
+        dt = self.table(name)
+        if (dt.transaction_version(TXN_APP) or -1) >= target:
+            return  # published before a crash
+        if int(dt.version()) != int(info["base_version"]):
+            raise DeltaError(f"{name} changed (version {dt.version()}) since run {run} staged "
+                             f"against version {info['base_version']}; re-run maintain")
+        for a in info["adds"]:  # move the staged files in (a rename; skipped once done)
+            src, dest = out / "files" / a["path"], self.path(name) / _dest(run, a["path"])
+            if src.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dest)
+        now = int(time.time() * 1000)
+        actions: list[Any] = [
+            RemoveAction(r["path"], True, now, r["size"], {BUCKET: str(r["bucket"])})
+            for r in info["removes"]]
+        actions += [_add({**a, "path": _dest(run, a["path"])}) for a in info["adds"]]
+        dt.create_write_transaction(
+            actions, mode="append", schema=dt.schema(), partition_by=[BUCKET],
+            commit_properties=CommitProperties(
+                custom_metadata={"idivm_run": run},
+                app_transactions=[Transaction(TXN_APP, target)]))
+        self._forget(name)
+
+    def discard(self, run: str) -> None:
+        shutil.rmtree(self.root / STAGING / run, ignore_errors=True)
+
+
+def _quote(name: str) -> str:
+    """A column name as delta-rs's SQL predicates spell it."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _bucket_sql(col: exp.Expr, n: int) -> exp.Expr:
+    return exp.cast(exp.func("PMOD", exp.func("XXHASH64", col), exp.Literal.number(n)), "INT")
+
+
+def _bucket_of(col: Any, n: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(col), F.lit(n)).cast("int")
+
+
+def _bucket_value(action: Mapping[str, Any]) -> int | None:
+    v = action.get(f"partition.{BUCKET}")
+    return None if v is None else int(v)
+
+
+def _list_files(data: Path) -> list[dict[str, Any]]:
+    """Parquet files Spark wrote under ``data`` (relative paths), with size, rows, bucket."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for f in sorted(data.rglob("*.parquet")):
+        rel = f.relative_to(data).as_posix()
+        part = {seg.split("=", 1)[0]: seg.split("=", 1)[1]
+                for seg in rel.split("/")[:-1] if "=" in seg}
+        out.append({"path": rel, "size": f.stat().st_size,
+                    "rows": pq.read_metadata(f).num_rows, "partition": part})
+    return out
+
+
+def _dest(run: str, rel: str) -> str:
+    """Where a staged file goes in the table: same partition directory, the run in its name."""
+    head, _, leaf = rel.rpartition("/")
+    return f"{head}/{run}-{leaf}" if head else f"{run}-{leaf}"
+
+
+def _move_files(out: Path, table: Path, run: str) -> list[dict[str, Any]]:
+    files = _list_files(out)
+    for a in files:
+        dest = table / _dest(run, a["path"])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(out / a["path"], dest)
+        a["path"] = _dest(run, a["path"])
+    return files
+
+
+def _add(a: Mapping[str, Any]) -> Any:
+    from deltalake.transaction import AddAction
+
+    return AddAction(a["path"], int(a["size"]), dict(a["partition"]),
+                     int(time.time() * 1000), True, json.dumps({"numRecords": int(a["rows"])}))
+

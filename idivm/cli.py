@@ -324,8 +324,9 @@ def read_data(spark: Any, path: str, table: Any, changes: bool = False) -> Any:
 def cmd_spark(args: argparse.Namespace) -> int:
     catalog = Catalog.from_ddl(_read(args.ddl, "DDL file"))
     registry = Path(args.warehouse) / "_idivm" / "registry.json"
-    if args.action != "load" and not registry.exists():
-        raise IdivmError(f"no idivm warehouse at {args.warehouse!r} (idivm spark load first)")
+    if args.action not in ("load", "attach") and not registry.exists():
+        raise IdivmError(f"no idivm warehouse at {args.warehouse!r} "
+                         "(idivm spark load or attach first)")
     from idivm.spark import SparkMaintainer
 
     m = SparkMaintainer(catalog, args.warehouse,
@@ -344,22 +345,27 @@ def _spark_action(m: Any, args: argparse.Namespace, console: Console) -> None:
         table = m.catalog.table(args.table)
         m.load_table(table.name, read_data(m.spark, args.data, table))
         n = m.spark.table(table.name).count()
-        console.print(f"loaded {table.name}: {n} rows, {m.store.partitions(table.name)} "
-                      f"bucket(s) under {m.root / 'data' / table.name}")
+        console.print(f"loaded {table.name}: {n} rows into the Delta table "
+                      f"{m.table_location(table.name)}")
+    elif a == "attach":
+        table = m.catalog.table(args.table)
+        version = m.attach_delta(table.name, args.delta)
+        console.print(f"attached {table.name}: the Delta table {m.table_location(table.name)} "
+                      f"at version {version} (nothing copied; maintain reads its change feed)")
     elif a == "create-view":
         p = m.create_view(args.name, _read(args.sql_file, "view SQL file"),
                           changes=parse_changes(args.changes), strategy=args.strategy)
-        console.print(f"created view {p.name} ({', '.join(p.columns)}): "
-                      f"{len(p.materialized)} stored relation(s) under {m.root / 'data'}, "
-                      f"{len(p.statements)} Δ-script statements")
+        console.print(f"created view {p.name} ({', '.join(p.columns)}): the Delta table "
+                      f"{m.view_location(p.name)} (+ {len(p.materialized) - 1} cache(s)), "
+                      f"{len(p.statements)} Δ-script statements, refresh {args.strategy}")
     elif a == "apply-changes":
         table = m.catalog.table(args.table)
         version = m.apply_changes(table.name, read_data(m.spark, args.data, table, changes=True))
         pending = [r["view"] for r in m.status() if r["pending_versions"].get(table.name)]
-        console.print(f"recorded changes of {table.name} up to version {version}; views to "
+        console.print(f"committed the changes of {table.name} as version {version}; views to "
                       f"maintain: {', '.join(pending) or 'none'}")
     elif a == "maintain":
-        stats = m.maintain(args.name)
+        stats = m.maintain(args.name, strategy=args.strategy)
         if args.json:
             sys.stdout.write(json.dumps(stats.as_dict(), indent=2, default=str) + "\n")
         else:
@@ -382,36 +388,35 @@ def _spark_action(m: Any, args: argparse.Namespace, console: Console) -> None:
     elif a == "drop-view":
         m.drop_view(args.name)
         console.print(f"dropped view {args.name}")
-    elif a == "compact":
-        done = m.compact(args.name)
-        console.print(f"compacted {args.name}: " + (", ".join(
-            f"{k} {r}/{n} buckets rewritten" for k, (r, n) in done.items())
-            or "no pending i-diffs"))
     else:
         rows = m.status()
         if args.name:
             rows = [r for r in rows if r["view"] == args.name]
             if not rows:
                 raise IdivmError(f"no idivm view {args.name!r} in {args.warehouse!r}")
-        reg = m.registry()
+        tables = {t: {"version": m.table_version(t), "location": m.table_location(t),
+                      "attached": bool(e.get("delta"))}
+                  for t, e in sorted(m.registry()["tables"].items())}
         if args.json:
-            out = {"tables": {t: e["version"] for t, e in sorted(reg["tables"].items())},
-                   "views": rows}
-            sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
+            sys.stdout.write(json.dumps({"tables": tables, "views": rows}, indent=2,
+                                        default=str) + "\n")
             return
         t = Table(title=f"idivm views in {m.root}", title_style="bold")
-        for c in ("view", "watermarks (table: version)", "pending versions",
-                  "pending i-diff rows"):
+        for c in ("view", "refresh", "watermarks (table: version)", "pending versions",
+                  "last refresh"):
             t.add_column(c)
         for r in rows:
-            t.add_row(r["view"], ", ".join(f"{k}: {v}" for k, v in r["watermarks"].items()),
+            last = r["last_refresh"]
+            t.add_row(r["view"], r["strategy"],
+                      ", ".join(f"{k}: {v}" for k, v in r["watermarks"].items()),
                       ", ".join(f"{k}: {v}" for k, v in r["pending_versions"].items() if v)
                       or "none",
-                      ", ".join(f"{k}: {v}" for k, v in r["pending_idiff_rows"].items() if v)
-                      or "none")
+                      f"{last['choice']} in {last['seconds']:.2f} s: {last['reason']}"
+                      if last else "-")
         console.print(t)
-        console.print("tables (last change version): " + ", ".join(
-            f"{k}: {e['version']}" for k, e in sorted(reg["tables"].items())))
+        console.print("tables (Delta version): " + ", ".join(
+            f"{k}: {e['version']}" + (f" (attached {e['location']})" if e["attached"] else "")
+            for k, e in tables.items()))
 
 
 # -- parser -----------------------------------------------------------------------------------
@@ -452,31 +457,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     spark_common = argparse.ArgumentParser(add_help=False)
     spark_common.add_argument("--warehouse", required=True, metavar="DIR",
-                              help="directory of the base tables, views and change feeds")
+                              help="directory of idivm's Delta tables (base tables loaded "
+                              "through idivm, caches, views) and its registry")
     spark_common.add_argument("--ddl", required=True,
                               help="file with the CREATE TABLE statements (or -)")
     spark_common.add_argument("--master", metavar="URL",
                               help="Spark master (default: embedded local[*] on loopback; "
                               "other masters need --warehouse on storage every node shares)")
     spark_common.add_argument("--buckets", type=int, metavar="N",
-                              help="load/create-view: hash buckets per stored relation "
+                              help="create-view: hash buckets per cache or view "
                               "(default: one per 2000 rows, a power of two, at most 1024)")
     p = sub.add_parser("spark", help="maintain views on Spark from change feeds (Delta CDF shape)")
     sp = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     a = sp.add_parser("load", parents=[spark_common], help="initial contents of a base table")
     a.add_argument("table", metavar="TABLE")
     a.add_argument("--data", required=True, help="a .parquet or .csv file (CSV with a header)")
+    a = sp.add_parser("attach", parents=[spark_common],
+                      help="register your Delta table (Change Data Feed on) as a base table")
+    a.add_argument("table", metavar="TABLE")
+    a.add_argument("--delta", required=True, metavar="PATH", help="the Delta table's location")
+    refresh_help = ("refresh strategy: auto (the default: each refresh maintains or "
+                    "recomputes, whichever is estimated cheaper), id (always the ID-based "
+                    "Δ-script), tuple (t-diffs, the paper's baseline) or recompute")
     a = sp.add_parser("create-view", parents=[spark_common], help="materialize a view")
     a.add_argument("name", metavar="NAME")
     a.add_argument("--sql-file", required=True, help="file with the view SQL (or -)")
     a.add_argument("--changes", action="append", metavar="TABLE=KINDS", help=changes_help)
-    a.add_argument("--strategy", choices=STRATEGIES, default="id", help=strategy_help)
+    a.add_argument("--strategy", choices=("auto", *STRATEGIES), default="auto",
+                   help=refresh_help)
     a = sp.add_parser("apply-changes", parents=[spark_common],
-                      help="record a change batch (columns + _change_type [+ _commit_version])")
+                      help="commit a change batch (columns + _change_type [+ _commit_version]) to "
+                      "a table loaded through idivm")
     a.add_argument("table", metavar="TABLE")
     a.add_argument("--data", required=True, help="a .parquet or .csv file (CSV with a header)")
     a = sp.add_parser("maintain", parents=[spark_common], help="bring a view up to date")
     a.add_argument("name", metavar="NAME")
+    a.add_argument("--strategy", choices=("auto", "id", "recompute"),
+                   help="this refresh only: force maintenance (id) or recomputation, or "
+                   "estimate (auto); default: the view's")
     a.add_argument("--json", action="store_true", help="print the statistics as JSON")
     a = sp.add_parser("status", parents=[spark_common], help="watermarks and pending changes")
     a.add_argument("name", nargs="?", metavar="NAME")
@@ -486,9 +504,6 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--limit", type=int, default=20, help="rows to print (default: 20)")
     a.add_argument("--json", action="store_true", help="print JSON")
     a = sp.add_parser("drop-view", parents=[spark_common], help="drop a view and its caches")
-    a.add_argument("name", metavar="NAME")
-    a = sp.add_parser("compact", parents=[spark_common],
-                      help="fold a view's pending i-diffs into its buckets")
     a.add_argument("name", metavar="NAME")
     p.set_defaults(func=cmd_spark)
 

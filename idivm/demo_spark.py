@@ -111,6 +111,8 @@ def stats_table(stats: Any, title: str | None = None) -> Table:
             t.add_row(f"i-diff {name}", "" if n is None else str(n), "", f"{secs * 1e3:.0f}")
     t.add_row("[bold]total (fold, statements, publish)[/bold]", "", "",
               f"[bold]{stats.seconds * 1e3:.0f}[/bold]")
+    if stats.decision:
+        t.caption = f"refresh: {stats.decision['choice']} ({stats.decision['reason']})"
     return t
 
 
@@ -200,7 +202,7 @@ def _run(c: Console, root: Path, master: str | None, scale: float, seed: int) ->
         with _step(progress, "create and materialize views", len(views)) as advance:
             plans = {}
             for name, _, sql in views:
-                plans[name] = m.create_view(name, sql)
+                plans[name] = m.create_view(name, sql, strategy="id")
                 advance(name)
         before = {name: Counter(m.read_view(name).collect()) for name, _, _ in views}
         with _step(progress, "record change batches (Delta CDF)", len(batch)) as advance:
@@ -270,6 +272,15 @@ def _maintain_one(c: Console, m: Any, name: str, root: Path, before: Counter[Any
             after = Counter(view.collect())
             expected = Counter(tuple(r) for r in m.spark.read.parquet(str(scratch)).collect())
     c.print(stats_table(stats))
+    location = m.view_location(name)
+    from idivm.spark.delta import delta_rows
+
+    outside = delta_rows(location, view.columns)
+    version = stats.committed.get(m.plan_of(name).store.name, "-")
+    same = Counter(outside) == Counter(tuple(r) for r in after.elements())
+    c.print(f"{name} is the Delta table {location} (version {version}); read by delta-rs, "
+            f"outside Spark: {len(outside):,} rows, "
+            + ("the same as the view" if same else "[red]NOT the same as the view[/red]"))
     changed = _changed_rows(view.columns, before, after)
     if changed is not None:
         c.print(changed)
@@ -282,7 +293,7 @@ def _maintain_one(c: Console, m: Any, name: str, root: Path, before: Counter[Any
         got = Counter(tuple(r) for r in after.elements())
         c.print(f"  only in the view:          {sorted(got - expected)[:10]}")
         c.print(f"  only in the recomputation: {sorted(expected - got)[:10]}")
-    return ViewRun(name, stats, recompute, sum(after.values()), equal)
+    return ViewRun(name, stats, recompute, sum(after.values()), equal and same)
 
 
 def _summary(c: Console, runs: Sequence[ViewRun]) -> None:

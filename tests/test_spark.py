@@ -30,7 +30,7 @@ SPARK_VIEWS = (
     "social_distinct_buckets", "setops_union", "setops_except", "setops_global_filtered",
     "orders_revenue",
 )
-ROUNDS = 2  # the second round compacts the first round's pending i-diffs (max_pending)
+ROUNDS = 2
 
 
 @pytest.fixture(scope="session")
@@ -46,10 +46,8 @@ def spark(spark_available: None) -> Iterator[Any]:
 def maintainer(spark: Any, tmp_path: Path, ddl: str) -> Any:
     from idivm.spark import SparkMaintainer
 
-    # small data: pending i-diffs soon pass any share of the rows, so compaction is driven by
-    # their count — rounds alternate between appending i-diffs and rewriting buckets
-    return SparkMaintainer(idivm.Catalog.from_ddl(ddl), tmp_path / "wh", spark=spark, buckets=4,
-                           compact_share=1e9, max_pending=4)
+    # four buckets per cache and view: a round rewrites some of them, not always all
+    return SparkMaintainer(idivm.Catalog.from_ddl(ddl), tmp_path / "wh", spark=spark, buckets=4)
 
 
 def _by_schema() -> dict[str, list[str]]:
@@ -66,19 +64,19 @@ def test_spark_views_match_recomputation(spark: Any, tmp_path: Path, schema_key:
     m = maintainer(spark, tmp_path, schema_ddl(schema_key))
     run = SparkDifferential(m, schema_key, seed=11)
     for name in views:
-        m.create_view(name, VIEWS_BY_NAME[name].sql)
+        m.create_view(name, VIEWS_BY_NAME[name].sql, strategy="id")
         run.check(name, "after create_view")
-    modes: set[str] = set()
+    rewritten: list[tuple[int, int]] = []
     for r in range(ROUNDS):
         run.step(8)
         if r == 0:
             run.step(8)  # two commits before one maintain: folding across versions
         for name in views:
             stats = m.maintain(name)
+            assert stats.decision["choice"] == "id"
             run.check(name, f"round {r}, stats {stats.as_dict()}")
-            modes |= {"append" for n in stats.pending_rows.values() if n}
-            modes |= {"rewrite" for n, _ in stats.partitions_rewritten.values() if n}
-    assert modes == {"append", "rewrite"}, modes
+            rewritten += stats.partitions_rewritten.values()
+    assert any(0 < done for done, _ in rewritten), rewritten
 
 
 # tuple-based rules differ from the ID-based ones at ⋈, γ, ∪, ⋉ and ▷: the paper and setops
@@ -137,7 +135,7 @@ def test_crash_at_every_step_then_rerun(spark: Any, tmp_path: Path) -> None:
 
     m = maintainer(spark, tmp_path, PAPER_DDL)
     _figure2(spark, m)
-    m.create_view("vp", V_PRIME_SQL)
+    m.create_view("vp", V_PRIME_SQL, strategy="id")
     steps: list[str] = []
     m.fail_at = lambda s: steps.append(s) and False  # type: ignore[func-returns-value]
     _round(spark, m, 0)
@@ -195,14 +193,13 @@ def test_change_feed_validation(spark: Any, tmp_path: Path) -> None:
     _figure2(spark, m)
     m.create_view("v", V_SQL)
     before = sorted(m.spark.table("parts").collect())
+    version = m.table_version("parts")
     bad = [
         ([("P1", 11, "upsert")], "pid string, price int, _change_type string", "_change_type"),
         ([("P1", 11, 3, "insert")], "pid string, price int, color int, _change_type string",
          "unknown column"),
         ([(None, 11, "insert")], "pid string, price int, _change_type string", "missing key"),
         ([(11, "insert")], "price int, _change_type string", "lacks column"),
-        ([("P1", 11, "insert", 0)], "pid string, price int, _change_type string, "
-         "_commit_version long", "_commit_version"),
         ([("P9", 1, "insert"), ("P9", 2, "insert")], "pid string, price int, _change_type string",
          "twice"),
     ]
@@ -210,16 +207,17 @@ def test_change_feed_validation(spark: Any, tmp_path: Path) -> None:
         with pytest.raises(ChangeFeedError, match=what):
             m.apply_changes("parts", spark.createDataFrame(rows, schema))
     assert sorted(m.spark.table("parts").collect()) == before
-    assert not (tmp_path / "wh" / "changes" / "parts").exists()
+    assert m.table_version("parts") == version  # nothing was committed
     with pytest.raises(idivm.UnsupportedSQL):
         m.create_view("bad", "SELECT pid FROM parts ORDER BY pid")
     assert "bad" not in m.registry()["views"]
 
 
 def test_price_updates_rewrite_few_partitions(spark: Any, tmp_path: Path) -> None:
-    """A price-only view stays bucketed by pid: an update is kept as a pending i-diff, and the
-    compaction that follows rewrites one bucket of the view."""
+    """A price-only view is bucketed by pid: an update rewrites one bucket of the view, as one
+    Delta commit that removes that bucket's file and adds its new one."""
     from idivm.spark import SparkMaintainer
+    from idivm.spark.delta import add_actions, open_table
 
     m = SparkMaintainer(idivm.Catalog.from_ddl(PAPER_DDL), tmp_path / "wh", spark=spark,
                         buckets=8)
@@ -230,22 +228,18 @@ def test_price_updates_rewrite_few_partitions(spark: Any, tmp_path: Path) -> Non
     m.load_table("devices_parts", spark.createDataFrame(
         [(f"D{i}", f"P{(i * 7 + j) % 40}") for i in range(40) for j in range(3)],
         "did string, pid string"))
-    m.create_view("v", V_SQL, changes={"parts": ["update:price"]})
-    m.apply_changes("parts", spark.createDataFrame(
-        [("P3", 3, "update_preimage"), ("P3", 33, "update_postimage")],
-        "pid string, price int, _change_type string"))
-    stats = m.maintain("v")  # one pending i-diff row: appended, no bucket rewritten
-    assert stats.partitions_rewritten == {"v__store": (0, 8)}
-    assert stats.pending_rows == {"v__store": 1}
-    assert _equal(m, "v")
-    m.store.max_pending = 1  # the next round compacts: both i-diffs name P3, one bucket
-    m.apply_changes("parts", spark.createDataFrame(
-        [("P3", 33, "update_preimage"), ("P3", 34, "update_postimage")],
-        "pid string, price int, _change_type string"))
-    stats = m.maintain("v")
-    assert stats.partitions_rewritten == {"v__store": (1, 8)}
-    assert stats.pending_rows == {"v__store": 0} and m.store.pending("v__store") == []
-    assert _equal(m, "v")
+    m.create_view("v", V_SQL, changes={"parts": ["update:price"]}, strategy="id")
+    before = {a["path"] for a in add_actions(open_table(m.view_location("v")))}
+    for i, (old, new) in enumerate([(3, 33), (33, 34)]):
+        m.apply_changes("parts", spark.createDataFrame(
+            [("P3", old, "update_preimage"), ("P3", new, "update_postimage")],
+            "pid string, price int, _change_type string"))
+        stats = m.maintain("v")
+        assert stats.partitions_rewritten == {"v__store": (1, 8)}
+        assert stats.committed == {"v__store": i + 1}
+        assert _equal(m, "v")
+    after = {a["path"] for a in add_actions(open_table(m.view_location("v")))}
+    assert len(before - after) == 1 and len(after - before) == 1  # one bucket's file replaced
     assert spark_schema(m.catalog.table("parts")) == "`pid` STRING, `price` INT"
 
 
@@ -265,7 +259,7 @@ def test_local_cluster_mode(tmp_path: Path) -> None:
 def test_undeclared_changes_are_refused(spark: Any, tmp_path: Path) -> None:
     m = maintainer(spark, tmp_path, PAPER_DDL)
     _figure2(spark, m)
-    m.create_view("v", V_SQL, changes={"parts": ["update:price"]})
+    m.create_view("v", V_SQL, changes={"parts": ["update:price"]}, strategy="id")
     m.apply_changes("devices", spark.createDataFrame(
         [("D9", "phone", "insert")], "did string, category string, _change_type string"))
     with pytest.raises(idivm.IdivmError, match="insert"):

@@ -84,6 +84,14 @@ def arrow(data: Any) -> Any:
     return table.cast(pa.schema(fields))
 
 
+def delta_rows(path: str | os.PathLike[str], columns: Sequence[str],
+               version: int | None = None) -> list[tuple[Any, ...]]:
+    """The rows of a Delta table's ``columns`` read by delta-rs alone (no Spark), as tuples:
+    what any other Delta reader sees."""
+    table = arrow(open_table(path, version).to_pyarrow_table(columns=list(columns)))
+    return list(zip(*(table.column(k).to_pylist() for k in columns), strict=True))
+
+
 def arrow_schema(spark_schema: Any) -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -280,7 +288,8 @@ class DeltaStore:
             named = []
             for i, op in enumerate(ops):
                 d = f"__idivm_op{i}_{name}"
-                op.diff.createOrReplaceTempView(d)
+                # computed once: finding the touched buckets and writing them both read it
+                op.diff.localCheckpoint(eager=True).createOrReplaceTempView(d)
                 named.append((op, d))
             touched, per_op = self._touched(layout, raw, named)
             old = f"__idivm_old_{name}"
@@ -291,19 +300,16 @@ class DeltaStore:
             for i, (op, d) in enumerate(named):
                 q = apply_sql(q, op, d, cols, layout["key"], f"s{i}")
             rows_df = self.spark.sql(q.sql("spark"))
-        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        seen = Observation(f"idivm_staged_{run}_{name}")
         typed = rows_df.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
                                  for f in fields])
         typed = typed.withColumn(BUCKET, _bucket_of(F.col(f"`{layout['bucket_col']}`"), n))
         data = out / "files"
-        typed.observe(seen, F.count(F.lit(1)).alias("n")).repartition(BUCKET).write \
-            .mode("overwrite").partitionBy(BUCKET).parquet(str(data))
-        rows = int(seen.get["n"])
+        typed.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET).parquet(str(data))
         removed = [f for f in files if _bucket_value(f) in set(touched)]
         adds = _list_files(data)
+        rows = sum(int(a["rows"]) for a in adds)
         info = {"base_version": int(dt.version()), "touched": touched, "rows": rows,
                 "adds": adds,
                 "removes": [{"path": f["path"], "size": int(f["size_bytes"]),

@@ -383,11 +383,11 @@ class SparkMaintainer:
         try:
             self._step("fold")
             feeds: dict[str, tuple[Any, int]] = {}
-            for t in p.tables:
+            for t in p.tables:  # a forced recomputation needs no feed (it may be gone)
                 self._register_base(t, upto[t])
                 feeds[t] = cdf.read_cdf(self.spark, self.catalog.table(t),
                                         self.table_location(t), since[t], upto[t]) \
-                    if upto[t] > since[t] else (None, 0)
+                    if upto[t] > since[t] and asked != "recompute" else (None, 0)
             history = History.from_dict(entry.get("cost"))
             n = sum(rows for _, rows in feeds.values())
             decision = decide(asked, n, self._base_rows(p, upto)
@@ -438,6 +438,7 @@ class SparkMaintainer:
             t0 = time.perf_counter()
             df = self.spark.sql(query_sql(query, "spark"))
             res = self.store.stage(run, m.name, [ApplyOp("replace", df, (), m.columns)])
+            res.post_state.createOrReplaceTempView(m.name)  # the view's query reads caches
             stats.partitions_rewritten[m.name] = (len(res.touched), res.total)
             stats.idiff_rows[f"replace → {m.name}"] = res.rows[0]
             staged.append(m.name)

@@ -59,8 +59,18 @@ class SparkDifferential:
         self.work.initial_statements()
         self.state: Rows = self.work.snapshot()
         for name, rows in self.state.items():
-            t = self.catalog.table(name)
-            m.load_table(name, m.spark.createDataFrame(rows, spark_schema(t)))
+            self.load(name, rows)
+
+    def load(self, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """A base table's initial rows (here: loaded through idivm)."""
+        t = self.catalog.table(name)
+        self.m.load_table(name, self.m.spark.createDataFrame(list(rows), spark_schema(t)))
+
+    def commit(self, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """One commit's CDF rows for a base table (here: handed to ``apply_changes``)."""
+        df = self.m.spark.createDataFrame(
+            list(rows), spark_schema(self.catalog.table(name)) + ", `_change_type` string")
+        self.m.apply_changes(name, df)
 
     def step(self, n_statements: int) -> None:
         """One commit per table: the net change of ``n_statements`` random statements."""
@@ -70,9 +80,7 @@ class SparkDifferential:
             t = self.catalog.table(name)
             rows = cdf_rows(t, self.state[name], new[name])
             if rows:
-                df = self.m.spark.createDataFrame(
-                    rows, spark_schema(t) + ", `_change_type` string")
-                self.m.apply_changes(name, df)
+                self.commit(name, rows)
         self.state = new
 
     def check(self, view: str, context: str) -> None:

@@ -27,7 +27,7 @@ def main(warehouse: str) -> int:
                    "devices_parts": "did string, pid string"}
         for t, r in rows.items():
             m.load_table(t, spark.createDataFrame(r, schemas[t]))
-        m.create_view("vp", V_PRIME_SQL)
+        m.create_view("vp", V_PRIME_SQL, strategy="id")
         m.apply_changes("parts", spark.createDataFrame(
             [("P1", 10, "update_preimage"), ("P1", 11, "update_postimage"), ("P3", 5, "insert")],
             "pid string, price int, _change_type string"))

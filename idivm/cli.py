@@ -209,8 +209,9 @@ def cmd_bench_spark(args: argparse.Namespace) -> int:
         raise IdivmError("--repeat must be at least 1")
     return spark_bench.run(links=args.devices_parts, fanout=args.fanout, phones=args.phones,
                            updates=args.updates, repeat=args.repeat,
-                           mixed_share=args.mixed_share, out=args.out,
-                           buckets=args.buckets, master=args.master, batches=args.batches,
+                           mixed_share=args.mixed_share, small_share=args.small_share,
+                           out=args.out, buckets=args.buckets, master=args.master,
+                           batches=args.batches,
                            driver_memory=args.driver_memory, warehouse=args.warehouse)
 
 
@@ -558,10 +559,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of devices that are phones (default: 0.2)")
     b.add_argument("--updates", type=int, default=200,
                    help="price updates in batch (a) (default: 200)")
+    b.add_argument("--small-share", type=float, default=0.001,
+                   help="batch (b) size as a share of devices_parts rows (default: 0.001)")
     b.add_argument("--mixed-share", type=float, default=0.01,
-                   help="batch (b) size as a share of devices_parts rows (default: 0.01)")
-    b.add_argument("--batches", default="ab", choices=("ab", "a", "b"),
-                   help="which batches to run: (a) price updates, (b) mixed (default: ab)")
+                   help="batch (c) size as a share of devices_parts rows (default: 0.01)")
+    b.add_argument("--batches", default="abc",
+                   help="which batches to run, any of: (a) price updates, (b) small mixed, "
+                   "(c) large mixed (default: abc)")
     b.add_argument("--buckets", type=int, metavar="N",
                    help="hash buckets per stored relation (default: one per 2000 rows, "
                    "at most 1024)")

@@ -68,7 +68,7 @@ def test_spark_cli_round_trip(spark: Any, paper: dict[str, str], tmp_path: Path,
         assert _spark(paper, "load", table, "--data", paper[table]) == 0
     assert "loaded devices_parts: 4 rows" in capsys.readouterr().out
     assert _spark(paper, "create-view", "v", "--sql-file", paper["v"],
-                  "--changes", "parts=update:price") == 0
+                  "--changes", "parts=update:price", "--strategy", "id") == 0
     assert _spark(paper, "create-view", "cost", "--sql-file", paper["v2"]) == 0
     assert "created view cost (did, cost)" in capsys.readouterr().out
     assert _read(paper, "cost", capsys) == [{"did": "D1", "cost": 30}, {"did": "D2", "cost": 10}]
@@ -80,7 +80,7 @@ def test_spark_cli_round_trip(spark: Any, paper: dict[str, str], tmp_path: Path,
     assert "views to maintain: cost, v" in capsys.readouterr().out
     assert _spark(paper, "status", "--json") == 0
     status = json.loads(capsys.readouterr().out)
-    assert status["tables"]["parts"] == 1
+    assert status["tables"]["parts"]["version"] == 1
     assert {r["view"]: r["pending_versions"]["parts"] for r in status["views"]} == \
         {"cost": 1, "v": 1}
 
@@ -159,7 +159,8 @@ def test_bench_spark_tiny(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixt
                  "--out", str(out)]) == 0
     assert "every maintained view equals its recomputation" in capsys.readouterr().out
     report = json.loads((out / "results.json").read_text())
-    assert len(report["rounds"]) == 8 and all(r["verified"] for r in report["rounds"])
+    assert len(report["rounds"]) == 12 and all(r["verified"] for r in report["rounds"])
     assert [(r["view"], r["batch"], r["rounds"]) for r in report["results"]] == [
-        ("V", "a", 2), ("V'", "a", 2), ("V", "b", 2), ("V'", "b", 2)]
+        ("V", "a", 2), ("V'", "a", 2), ("V", "b", 2), ("V'", "b", 2), ("V", "c", 2),
+        ("V'", "c", 2)]
     assert (out / "spark_bench.png").exists()

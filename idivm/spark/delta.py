@@ -37,6 +37,10 @@ BUCKET = "__idivm_bucket"
 TXN_APP = "idivm"
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
 STAGING = "_idivm_staging"  # under the warehouse root, never inside a table's directory
+# A refresh whose touched buckets hold at most this many rows writes them from the driver (one
+# Arrow batch, split per bucket): Spark's partitioned writer costs ~20 ms per directory, which
+# dominates a small refresh that touches a few hundred buckets.
+DRIVER_WRITE_ROWS = 2_000_000
 
 
 class DeltaError(BackendError):
@@ -120,6 +124,9 @@ class DeltaStore:
         self.spark = spark
         # Delta readers expect parquet timestamps as INT64 micros (Spark's default is INT96)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        # tables are read through their file lists: above this many paths Spark lists them in
+        # a distributed job (seconds for a few hundred files); the driver takes milliseconds
+        spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1000000")
         self.root = root
         self.rows_per_bucket = rows_per_bucket
         self.max_buckets = max_buckets
@@ -284,7 +291,8 @@ class DeltaStore:
             per_op: list[int] = []
         else:
             raw = f"__idivm_raw_{name}"
-            self.read_raw(name).createOrReplaceTempView(raw)
+            if any(op.kind != "ins" and layout["bucket_col"] not in op.ids for op in ops):
+                self.read_raw(name).createOrReplaceTempView(raw)  # to find rows' buckets
             named = []
             for i, op in enumerate(ops):
                 d = f"__idivm_op{i}_{name}"
@@ -306,8 +314,14 @@ class DeltaStore:
                                  for f in fields])
         typed = typed.withColumn(BUCKET, _bucket_of(F.col(f"`{layout['bucket_col']}`"), n))
         data = out / "files"
-        typed.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET).parquet(str(data))
         removed = [f for f in files if _bucket_value(f) in set(touched)]
+        before = sum(int(f.get("num_records") or self.rows_per_bucket) for f in removed)
+        if not any(op.kind == "replace" for op in ops) and \
+                before + sum(per_op) <= DRIVER_WRITE_ROWS:
+            _write_on_driver(typed, data)
+        else:
+            typed.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET) \
+                .parquet(str(data))
         adds = _list_files(data)
         rows = sum(int(a["rows"]) for a in adds)
         info = {"base_version": int(dt.version()), "touched": touched, "rows": rows,
@@ -402,6 +416,29 @@ def _list_files(data: Path) -> list[dict[str, Any]]:
         out.append({"path": rel, "size": f.stat().st_size,
                     "rows": pq.read_metadata(f).num_rows, "partition": part})
     return out
+
+
+def _write_on_driver(df: Any, data: Path) -> None:
+    """The rows of ``df`` (with ``__idivm_bucket``) as one parquet file per bucket under
+    ``data/__idivm_bucket=<b>/`` (the partition column is not stored in the files)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = df.toArrow()
+    if table.num_rows == 0:
+        data.mkdir(parents=True, exist_ok=True)
+        return
+    table = table.sort_by(BUCKET)
+    buckets = table.column(BUCKET)
+    rows = table.drop_columns([BUCKET])
+    ends = pc.run_end_encode(buckets.combine_chunks())
+    start = 0
+    name = f"part-{uuid.uuid4().hex}.parquet"
+    for b, end in zip(ends.values.to_pylist(), ends.run_ends.to_pylist(), strict=True):
+        d = data / f"{BUCKET}={b}"
+        d.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows.slice(start, end - start), d / name)
+        start = end
 
 
 def _dest(run: str, rel: str) -> str:

@@ -101,6 +101,9 @@ class SparkMaintainer:
         self._base: dict[str, tuple[int, Any]] = {}  # base table: (version, DataFrame) read
         self.fail_at: Callable[[str], bool] | None = None  # test hook: kill a run at a step
         self._dirty: set[str] = set()  # views whose last run did not finish in this session
+        # caches whose temp view is not registered: read (a file listing) when a Δ-script
+        # reads them, not after every refresh
+        self._stale: set[str] = set()
         self._register_all()
 
     # -- registry -------------------------------------------------------------------------------
@@ -132,10 +135,17 @@ class SparkMaintainer:
             except IdivmError as e:  # a moved or deleted table: say so when it is used
                 log.warning("idivm: base table %s: %s", t, e)
         for v, entry in reg["views"].items():
-            for m in entry["materialized"]:
-                if self.store.exists(m):
-                    self._register(m)
-            self._register_view(v, entry["store"], entry["columns"])
+            self._stale.update(m for m in entry["materialized"] if m != entry["store"])
+            if self.store.exists(entry["store"]):
+                self._register(entry["store"])
+                self._register_view(v, entry["store"], entry["columns"])
+
+    def _ensure(self, names: Sequence[str]) -> None:
+        """Register the stale caches among ``names``."""
+        for n in [n for n in names if n in self._stale]:
+            if self.store.exists(n):
+                self._register(n)
+            self._stale.discard(n)
 
     def _register_view(self, name: str, store: str, columns: Sequence[str]) -> None:
         from pyspark.sql import functions as F
@@ -433,6 +443,7 @@ class SparkMaintainer:
     def _stage_recompute(self, p: Plan, run: str, stats: SparkMaintenanceStats) -> list[str]:
         """Stage every stored relation anew from its query over the base tables."""
         staged = []
+        self._ensure([m.name for m in p.materialized])
         for m, query in p.materialize_queries():
             self._step(f"stage {m.name}")
             t0 = time.perf_counter()
@@ -450,6 +461,7 @@ class SparkMaintainer:
         """Run the Δ-script over the folded feeds, staging each target's APPLYs."""
         from pyspark.sql import functions as F
 
+        self._ensure([r for st in p.statements for r in _reads(st)])
         folded: dict[str, Any] = {}
         for t in p.tables:
             table = self.catalog.table(t)
@@ -617,10 +629,14 @@ class SparkMaintainer:
         self.store.discard(run)
 
     def _reset_views(self, p: Plan) -> None:
-        """Temp views back to the stored relations (undo the staged post-states)."""
+        """Temp views back to the stored relations (undo the staged post-states): the view's
+        now, its caches' when a Δ-script next reads them."""
         for m in p.materialized:
-            if self.store.exists(m.name):
-                self._register(m.name)
+            if m.name != p.store.name:
+                self.spark.catalog.dropTempView(m.name)
+                self._stale.add(m.name)
+        if self.store.exists(p.store.name):
+            self._register(p.store.name)
         self._register_view(p.name, p.store.name, p.columns)
 
     def _drop_temps(self, p: Plan) -> None:

@@ -123,7 +123,7 @@ def test_views_over_attached_delta_tables(spark: Any, tmp_path: Path, schema_key
     assert not (tmp_path / "wh" / "tables" / next(iter(run.state))).exists()  # no copy
     for name in views:
         m.create_view(name, VIEWS_BY_NAME[name].sql, strategy="id")
-    for r in range(3):
+    for r in range(2):
         run.step(8)
         if r == 1:
             run.step(8)  # several delta-rs commits between two refreshes

@@ -316,8 +316,7 @@ class DeltaStore:
         data = out / "files"
         removed = [f for f in files if _bucket_value(f) in set(touched)]
         before = sum(int(f.get("num_records") or self.rows_per_bucket) for f in removed)
-        if not any(op.kind == "replace" for op in ops) and \
-                before + sum(per_op) <= DRIVER_WRITE_ROWS:
+        if before + sum(per_op) <= DRIVER_WRITE_ROWS:  # a replace: about as many rows again
             _write_on_driver(typed, data)
         else:
             typed.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET) \

@@ -303,7 +303,8 @@ class SparkMaintainer:
             "sql": view_sql, "changes": {k: list(v) for k, v in changes.items()} if changes
             else None, "strategy": strategy, "store": p.store.name, "columns": list(p.columns),
             "materialized": [m.name for m in p.materialized], "watermarks": versions,
-            "cost": History().with_recompute(seconds, self._base_rows(p, versions)).as_dict()}
+            "cost": History().with_recompute(seconds, self._base_rows(p, versions),
+                                             at_create=True).as_dict()}
         self._save(reg)
         self._plans[name] = p
         return p

@@ -1,0 +1,45 @@
+"""The cost-based refresh model alone: forced strategies, estimates, learning, calibration."""
+
+from __future__ import annotations
+
+from idivm.refresh_cost import DEFAULT_PER_CHANGE, History, decide, maintain_model
+
+
+def test_forced_strategies_ignore_estimates() -> None:
+    h = History(recompute_seconds=0.001, recompute_rows=10)
+    assert decide("id", 10**9, 10, h).choice == "id"
+    assert decide("tuple", 10**9, 10, h).choice == "id"
+    assert decide("recompute", 0, 10, h).choice == "recompute"
+
+
+def test_auto_compares_maintain_and_scaled_recompute() -> None:
+    h = History(recompute_seconds=10.0, recompute_rows=1_000_000)
+    small = decide("auto", 200, 1_000_000, h)
+    assert small.choice == "id" and small.maintain_estimate < small.recompute_estimate
+    big = decide("auto", 1_000_000, 1_000_000, h)
+    assert big.choice == "recompute"
+    # a recomputation grows with the tables: twice the rows, twice the estimate
+    assert decide("auto", 200, 2_000_000, h).recompute_estimate == 20.0
+
+
+def test_model_learns_floor_and_rate() -> None:
+    assert maintain_model(()) == (1.0, DEFAULT_PER_CHANGE)
+    fixed, per = maintain_model(((200, 2.0), (10_000, 12.0)))
+    assert per == (12.0 - 2.0) / 10_000
+    assert abs(fixed - (2.0 - per * 200)) < 1e-9
+    h = History(recompute_seconds=8.0, recompute_rows=100).with_maintain(200, 2.0) \
+        .with_maintain(10_000, 12.0)
+    assert decide("auto", 500, 100, h).choice == "id"
+    assert decide("auto", 20_000, 100, h).choice == "recompute"
+    assert len(History().with_maintain(1, 1.0).with_maintain(2, 1.0).maintain) == 2
+    assert History.from_dict(h.as_dict()) == h
+
+
+def test_create_time_recompute_is_calibrated_once() -> None:
+    h = History().with_recompute(10.0, 100, at_create=True).with_maintain(10, 5.0)
+    d = decide("auto", 10, 100, h)
+    assert d.choice == "recompute" and "calibrate" not in d.reason and "once" in d.reason
+    timed = h.with_recompute(3.0, 100)
+    assert not timed.recompute_at_create
+    assert decide("auto", 10, 100, timed).choice == "recompute"  # 5 s > 3 s, measured
+    assert decide("auto", 10, 100, timed.with_maintain(10, 1.0)).choice == "id"

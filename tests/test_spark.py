@@ -28,8 +28,7 @@ SPARK_VIEWS = (
     "paper_v", "paper_v_cost", "paper_using_group_aggs", "paper_not_exists", "paper_exists_in",
     "paper_subquery_agg_from", "paper_self_theta", "social_union_all_roles",
     "social_distinct_buckets", "setops_union", "setops_except", "setops_global_filtered",
-    "orders_revenue",
-)
+)  # the orders schema's views: tests/test_spark_delta.py, over tables delta-rs writes
 ROUNDS = 2
 
 
@@ -243,6 +242,7 @@ def test_price_updates_rewrite_few_partitions(spark: Any, tmp_path: Path) -> Non
     assert spark_schema(m.catalog.table("parts")) == "`pid` STRING, `price` INT"
 
 
+@pytest.mark.slow  # a deployment smoke test (the differential suites above are the oracle)
 def test_local_cluster_mode(tmp_path: Path) -> None:
     """One differential run with separate executor JVMs (nothing relies on the driver)."""
     if shutil.which("java") is None and os.environ.get("CI") != "true":

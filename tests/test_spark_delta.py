@@ -244,6 +244,57 @@ def test_auto_refresh_chooses_and_reports(spark: Any, tmp_path: Path) -> None:
     run.check("vp", "forced recompute")
 
 
+def test_writers_during_a_refresh_and_schema_changes(spark: Any, tmp_path: Path) -> None:
+    """A commit landing while a refresh runs is left for the next one (the refresh reads the
+    versions it pinned); a column added to an attached table is ignored; a table rewritten
+    with another schema is refused by name, and nothing is applied."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from idivm.spark.delta import DeltaError
+
+    run = _lake(spark, tmp_path, "paper", seed=13)
+    m = run.m
+    m.create_view("vp", V_PRIME_SQL, strategy="id")
+    run.step(6)
+    pinned = {t: m.table_version(t) for t in run.state}
+    writes: list[int] = []
+
+    def write_now(step: str) -> bool:
+        if step == "manifest" and not writes:  # writers commit mid-refresh
+            run.step(6)
+            writes.append(1)
+        return False
+
+    m.fail_at = write_now
+    stats = m.maintain("vp")
+    m.fail_at = None
+    assert writes and {t: v[1] for t, v in stats.versions.items()} == pinned
+    assert m.registry()["views"]["vp"]["watermarks"] == pinned
+    want = normalize_rows(m.recompute("vp").collect())  # at the pinned versions
+    assert normalize_rows(m.read_view("vp").collect()) == want
+    assert any(m.status()[0]["pending_versions"].values())
+    stats = m.maintain("vp")  # the mid-refresh commits, now
+    assert any(b > a for a, b in stats.versions.values())
+    run.check("vp", "after the commits made during the previous refresh")
+    # an added column: the view reads the catalog's columns only
+    DeltaTable(str(run.lake / "parts")).alter.add_columns(
+        [__import__("deltalake").Field("color", "string", nullable=True)])
+    run.step(4)
+    m.maintain("vp")
+    run.check("vp", "after a column was added to parts")
+    # a rewrite with another type for price: refused, the view stays as it was
+    before = normalize_rows(m.read_view("vp").collect())
+    parts = pa.table(DeltaTable(str(run.lake / "parts")).to_pyarrow_table())
+    retyped = parts.set_column(parts.schema.get_field_index("price"), "price",
+                               parts.column("price").cast(pa.string()))
+    write_deltalake(str(run.lake / "parts"), retyped, mode="overwrite",
+                    schema_mode="overwrite")
+    with pytest.raises(DeltaError, match="price is string"):
+        m.maintain("vp")
+    assert normalize_rows(m.read_view("vp").collect()) == before
+
+
 def test_cdf_rows_cover_key_changes() -> None:
     """The harness's feed turns a key change into a delete and an insert (what delta-rs
     writers record), so the differential runs above exercise key changes."""

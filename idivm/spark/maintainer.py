@@ -176,6 +176,8 @@ class SparkMaintainer:
         v = int(dt.version())
         cached = self._base.get(name)
         if cached is None or cached[0] != v:
+            if self.registry()["tables"][name].get("delta"):  # the user's table may change
+                check_attachable(self.catalog.table(name), dt, path)  # shape: say so
             files = dt.file_uris()
             df = read_files(self.spark, Path(path), files, self.store.spark_schema(name, dt))
             cached = (v, self._typed(name, df))

@@ -133,6 +133,32 @@ class Join(Node):
 
 
 @dataclass(frozen=True)
+class OuterJoin(Node):
+    """Left outer join l ⟕_φ r (``full``: full outer join ⟗_φ): the inner join's rows, plus
+    each row of l (and, when full, of r) that joins no row of the other side, padded with
+    NULLs. A RIGHT JOIN is a left one with its inputs swapped (columns are named, not placed).
+    """
+
+    left: Node
+    right: Node
+    predicate: exp.Expr | None
+    full: bool = False
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.left.columns + self.right.columns
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    @property
+    def label(self) -> str:
+        sym = "⟗" if self.full else "⟕"
+        return f"{sym}[{self.predicate.sql('postgres') if self.predicate is not None else 'TRUE'}]"
+
+
+@dataclass(frozen=True)
 class _Probe(Node):
     """A left input filtered by whether its rows join some row of the right input."""
 
@@ -332,6 +358,5 @@ def replace_child(node: Node, index: int, child: Node) -> Node:
     """A copy of ``node`` with child ``index`` replaced."""
     import dataclasses
 
-    field_name = ("left" if index == 0 else "right") if isinstance(
-        node, Join | SemiJoin | AntiJoin | UnionAll) else "child"
-    return dataclasses.replace(node, **{field_name: child})  # type: ignore[arg-type]
+    names = [f.name for f in dataclasses.fields(node) if isinstance(getattr(node, f.name), Node)]
+    return dataclasses.replace(node, **{names[index]: child})  # type: ignore[arg-type]

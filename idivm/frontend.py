@@ -17,6 +17,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
 
 from idivm import algebra as A
+from idivm import unnest
 from idivm.catalog import Catalog
 from idivm.errors import CatalogError, UnsupportedSQL
 
@@ -57,7 +58,7 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres") -> ViewQue
     # unquoted identifiers fold to lower case, quoted ones stay, as PostgreSQL reads them
     tree = normalize_identifiers(tree, dialect=dialect)
     _refuse(tree)
-    tree = _inline_ctes(tree)
+    tree = unnest.inline_constants(_inline_ctes(tree))
     for t in tree.find_all(exp.Table):
         if t.name and not catalog.has_table(t.name):
             raise CatalogError(f"unknown table {t.name!r} in the view")
@@ -85,8 +86,12 @@ def _refuse(tree: exp.Expr) -> None:
         if isinstance(node, exp.Join):
             side = (node.side or "").upper()
             kind = (node.kind or "").upper()
-            if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
-                raise UnsupportedSQL(f"{side or 'OUTER'} JOIN", "outer joins are not maintained")
+            if kind == "OUTER" and side not in ("LEFT", "RIGHT", "FULL"):
+                raise UnsupportedSQL("OUTER JOIN", "say LEFT, RIGHT or FULL")
+            if side and isinstance(node.args.get("on"), exp.Expr) and node.args["on"].find(
+                    exp.Select):
+                raise UnsupportedSQL(f"subquery in a {side} JOIN's ON", "not maintained; "
+                                     "join the subquery's result instead")
             if kind in ("SEMI", "ANTI", "ASOF"):
                 raise UnsupportedSQL(f"{kind} JOIN", "write EXISTS / NOT EXISTS instead")
             method = str(node.args.get("method") or "").upper()
@@ -102,8 +107,10 @@ def _refuse(tree: exp.Expr) -> None:
             raise UnsupportedSQL("DISTINCT ON", "not maintained")
         if isinstance(node, exp.Filter):
             raise UnsupportedSQL("aggregate FILTER", "not maintained")
-        if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
-            raise UnsupportedSQL("COUNT(DISTINCT)", "not maintained; use a DISTINCT subquery")
+        if isinstance(node, exp.AggFunc) and isinstance(node.this, exp.Distinct) and len(
+                node.this.expressions) != 1:
+            raise UnsupportedSQL(f"{node.key.upper()}(DISTINCT over several columns)",
+                                 "not maintained; use a DISTINCT subquery")
         if isinstance(node, VOLATILE_NODES):
             raise UnsupportedSQL(node.sql(), "volatile functions make a view not maintainable")
         if isinstance(node, exp.Func):
@@ -142,6 +149,7 @@ class _Scope:
     sources: dict[str, dict[str, str]]
     outer: _Scope | None = None
     nullable: dict[str, bool] = field(default_factory=dict)
+    unit: dict[str, str] = field(default_factory=dict)  # alias → the outer join holding it
 
     def resolve(self, table: str, column: str) -> tuple[str, bool]:
         """Plan column, and whether it came from an enclosing scope."""
@@ -343,27 +351,107 @@ class _Converter:
         from_ = s.args.get("from_") or s.args.get("from")
         if from_ is None:
             raise UnsupportedSQL("SELECT without FROM", "a view reads at least one table")
-        items = [from_.this] + [j.this for j in s.args.get("joins") or []]
-        nodes = [self.source(item, scope) for item in items]
-        aliases = [item.alias_or_name for item in items]
-        pool: list[exp.Expr] = []
-        for j in s.args.get("joins") or []:
+        joins = list(s.args.get("joins") or [])
+        for j in joins:
             if j.args.get("using"):
                 raise UnsupportedSQL("JOIN USING", "could not be resolved")  # qualify rewrites it
-            pool += A.conjuncts(j.args.get("on"))
         where = s.args.get("where")
-        pool += A.conjuncts(where.this if where else None)
-        pool = [f for c in pool for f in _factor_or(c)]
+        pool = [f for c in A.conjuncts(where.this if where else None) for f in _factor_or(c)]
+        pool = [unnest.quantified(c, self.fresh) or c for c in pool]
+        own = unnest.own_aliases(s)
+        scalars: list[exp.Expr] = []
+        for i, c in enumerate(list(pool)):
+            if self.is_subquery_predicate(c) or not unnest.scalar_subqueries(c):
+                continue
+            u = unnest.scalar(c, own, self.fresh)
+            pool[i] = u.conjunct
+            pool += list(u.joins)
+            scalars += list(u.sources)
+        # FROM in order: inner joins gather (their ON conditions join the pool); an outer join
+        # takes everything before it as one input
+        nodes = [self.source(from_.this, scope)]
+        aliases = [from_.this.alias_or_name]
+        inner_on: list[exp.Expr] = []
+        for j in joins:
+            side = (j.side or "").upper()
+            on = [f for c in A.conjuncts(j.args.get("on")) for f in _factor_or(c)]
+            if side not in ("LEFT", "RIGHT", "FULL"):
+                nodes.append(self.source(j.this, scope))
+                aliases.append(j.this.alias_or_name)
+                inner_on += on
+                continue
+            below = list(inner_on)
+            if side == "LEFT":  # WHERE on the preserved side may filter before the join
+                below += [c for c in pool if not self.is_subquery_predicate(c)
+                          and self.within(c, aliases, scope)]
+                pool = [c for c in pool if not any(c is b for b in below)]
+            if any(self.is_subquery_predicate(c) or c.find(exp.Select) for c in below):
+                raise UnsupportedSQL("subquery in an ON condition before an outer join",
+                                     "not maintained; move it to WHERE")
+            left = self.join_tree(nodes, aliases, below, scope)
+            inner_on = []
+            right = self.source(j.this, scope)
+            unit = self.fresh("__outer")
+            node = self.outer_join(left, aliases, right, j.this.alias_or_name, side, on, scope)
+            for a in [*aliases, j.this.alias_or_name]:
+                scope.unit[a] = unit
+            nodes, aliases = [node], [unit]
+        pool += inner_on
+        nodes += [self.source(item, scope) for item in scalars]
+        aliases += [item.alias_or_name for item in scalars]
         subqueries = [c for c in pool if self.is_subquery_predicate(c)]
         plain = [c for c in pool if not self.is_subquery_predicate(c)]
         for c in plain:
             if c.find(exp.Select):
-                raise UnsupportedSQL("scalar subquery", "subqueries are maintained only in "
-                                     "FROM and as [NOT] EXISTS / [NOT] IN predicates")
+                raise UnsupportedSQL("subquery in a predicate", "subqueries are maintained in "
+                                     "FROM, as [NOT] EXISTS / [NOT] IN / ANY / ALL predicates "
+                                     "and as compared scalar aggregates")
         node = self.join_tree(nodes, aliases, plain, scope)
         for c in subqueries:
             node = self.subquery_predicate(node, c, scope)
         return self.select_list(s, node, scope)
+
+    def owner(self, scope: _Scope) -> dict[str, str]:
+        """Plan column → the FROM item (or the outer join) it belongs to."""
+        return {p: scope.unit.get(a, a) for a, cols in scope.sources.items()
+                for p in cols.values()}
+
+    def within(self, c: exp.Expr, aliases: list[str], scope: _Scope) -> bool:
+        """Whether ``c`` reads only the sources ``aliases`` (or enclosing queries)."""
+        t, _ = self.translate(c, scope)
+        owner = self.owner(scope)
+        return {owner.get(n) for n in A.referenced(t)} <= set(aliases) | {None}
+
+    def outer_join(self, left: A.Node, left_aliases: list[str], right: A.Node, alias: str,
+                   side: str, on: list[exp.Expr], scope: _Scope) -> A.Node:
+        """``left`` ⟕/⟖/⟗ ``right`` on the ON conjuncts; a conjunct reading only the padded
+        side filters that side before the join."""
+        owner = self.owner(scope)
+        padded_left = side in ("RIGHT", "FULL")
+        padded_right = side in ("LEFT", "FULL")
+        keep: list[exp.Expr] = []
+        lf: list[exp.Expr] = []
+        rf: list[exp.Expr] = []
+        for c in on:
+            t, _ = self.translate(c, scope)
+            srcs = {owner.get(n) for n in A.referenced(t)} - {None}
+            if srcs and srcs <= {alias} and padded_right and not padded_left:
+                rf.append(t)
+            elif srcs and srcs <= set(left_aliases) and padded_left and not padded_right:
+                lf.append(t)
+            else:
+                keep.append(t)
+        if lf:
+            left = A.Select(self.nid(), left, A.conjoin(lf))  # type: ignore[arg-type]
+        if rf:
+            right = A.Select(self.nid(), right, A.conjoin(rf))  # type: ignore[arg-type]
+        for n, padded in ((left, padded_left), (right, padded_right)):
+            if padded:
+                scope.nullable.update(dict.fromkeys(n.columns, True))
+        pred = A.conjoin(keep)
+        if side == "RIGHT":
+            return A.OuterJoin(self.nid(), right, left, pred)
+        return A.OuterJoin(self.nid(), left, right, pred, full=side == "FULL")
 
     def join_tree(self, nodes: list[A.Node], aliases: list[str], pool: list[exp.Expr],
                   scope: _Scope) -> A.Node:
@@ -371,7 +459,7 @@ class _Converter:
         joined (a relation with no join predicate to it waits: ``FROM part, supplier, lineitem``
         joins part ⋈ lineitem ⋈ supplier, not part × supplier); each conjunct goes as low as
         its columns allow."""
-        owner = {p: a for a, cols in scope.sources.items() for p in cols.values()}
+        owner = self.owner(scope)
         translated = []
         for c in pool:
             t, _ = self.translate(c, scope)
@@ -429,8 +517,11 @@ class _Converter:
             q = inner.args["query"]
             sub = q.this if isinstance(q, exp.Subquery) else q
             probe = inner.this
+        nested = isinstance(sub, exp.Select) and any(
+            q is not sub for q in sub.find_all(exp.Select))
         if not isinstance(sub, exp.Select) or sub.args.get("group") or sub.args.get(
-                "having") or sub.find(exp.AggFunc) or sub.args.get("distinct"):
+                "having") or sub.find(exp.AggFunc) or sub.args.get("distinct") or (
+                nested and _outer_reference(sub, scope) is None):
             try:
                 right, names = self.query(sub, None)
             except UnsupportedSQL as e:
@@ -448,7 +539,7 @@ class _Converter:
                     raise UnsupportedSQL("IN (subquery)", "the subquery must return one column")
                 pt, _ = self.translate(probe, scope)
                 pred_parts.append(exp.EQ(this=pt, expression=A.col(right.columns[0])))
-            else:
+            elif sub.find(exp.AggFunc) or (isinstance(sub, exp.Select) and sub.args.get("group")):
                 raise UnsupportedSQL("EXISTS over an aggregate subquery", "not maintained")
             pred = A.conjoin(pred_parts)
         else:
@@ -512,18 +603,37 @@ class _Converter:
                                      "not maintained; join the subquery in FROM instead")
         names = [i.alias_or_name for i in items]
         group = s.args.get("group")
-        having = s.args.get("having")
+        having_sql = s.args.get("having")
+        having = having_sql.this if having_sql is not None else None
+        # HAVING's scalar subqueries: uncorrelated one-row aggregates, joined above γ
+        scalars: list[A.Node] = []
         if having is not None and having.find(exp.Select):
-            raise UnsupportedSQL("scalar subquery in HAVING", "subqueries in HAVING are not "
-                                 "maintained; join the subquery's aggregate in FROM instead")
+            parts = []
+            for c in A.conjuncts(having):
+                if not unnest.scalar_subqueries(c):
+                    parts.append(c)
+                    continue
+                u = unnest.scalar(c, unnest.own_aliases(s), self.fresh)
+                if u.joins:
+                    raise UnsupportedSQL("correlated scalar subquery in HAVING",
+                                         "not maintained")
+                scalars += [self.source(src, scope) for src in u.sources]
+                parts.append(u.conjunct)
+            having = A.conjoin(parts)
+            if having is not None and having.find(exp.Select):
+                raise UnsupportedSQL("subquery predicate in HAVING", "not maintained; "
+                                     "move it to WHERE")
         has_agg = any(i.find(exp.AggFunc) for i in items) or (
             having is not None and having.find(exp.AggFunc) is not None)
         if group is not None or has_agg:
-            node, post_scope = self.aggregate(s, node, scope)
+            node, post_scope = self.aggregate(s, having, node, scope)
+            for sq in scalars:
+                node = A.Join(self.nid(), node, sq, None)
+                post_scope.update({A.col(c).sql(): c for c in sq.columns})
             exprs = [self.post_agg(self.translate(i.unalias(), scope)[0], post_scope)
                      for i in items]
             if having is not None:
-                hv = self.post_agg(self.translate(having.this, scope)[0], post_scope)
+                hv = self.post_agg(self.translate(having, scope)[0], post_scope)
                 node = A.Select(self.nid(), node, hv)
         else:
             exprs = [self.translate(i.unalias(), scope)[0] for i in items]
@@ -534,7 +644,7 @@ class _Converter:
             exprs = [A.col(c) for c in inner]
         return A.Project(self.nid(), node, tuple(zip(names, exprs, strict=True))), names
 
-    def aggregate(self, s: exp.Select, node: A.Node, scope: _Scope
+    def aggregate(self, s: exp.Select, having: exp.Expr | None, node: A.Node, scope: _Scope
                   ) -> tuple[A.Node, dict[str, str]]:
         """γ with a projection below computing group keys and arguments.
 
@@ -555,7 +665,7 @@ class _Converter:
             post[g.sql()] = name
             gcols.append(name)
         aggs: list[A.AggCall] = []
-        having = s.args.get("having")
+        distinct: list[bool] = []
         sources = list(s.expressions) + ([having] if having is not None else [])
         for src in sources:
             for call in src.find_all(exp.AggFunc):
@@ -566,6 +676,9 @@ class _Converter:
                     continue
                 func = AGG_NODES[type(call)]
                 arg_e = t.this
+                is_distinct = isinstance(arg_e, exp.Distinct)
+                if is_distinct:
+                    arg_e = arg_e.expressions[0]
                 if func == "count" and isinstance(arg_e, exp.Star):
                     func, arg = "count_star", None
                 elif isinstance(arg_e, exp.Column):
@@ -577,10 +690,47 @@ class _Converter:
                     below.append((arg, arg_e))
                 name = self.fresh(f"agg__{func}")
                 aggs.append(A.AggCall(name, func, arg))
+                distinct.append(is_distinct)
                 post[t.sql()] = name
         proj = A.Project(self.nid(), node, tuple(below))
+        if any(distinct):
+            return self.distinct_aggregate(proj, gcols, aggs, distinct, post)
         agg = A.Aggregate(self.nid(), proj, tuple(gcols), tuple(aggs))
         return agg, post
+
+    def distinct_aggregate(self, proj: A.Project, gcols: list[str], aggs: list[A.AggCall],
+                           distinct: list[bool], post: dict[str, str]
+                           ) -> tuple[A.Node, dict[str, str]]:
+        """f(DISTINCT x) per group as f(x) over γ_{G, x}, two-phase: the inner γ counts the
+        rows per (group, x), which tells when a value enters or leaves a group, and keeps
+        partial SUM / COUNT / MIN / MAX of the other aggregates; the outer γ adds them up."""
+        args = {a.arg for a, d in zip(aggs, distinct, strict=True) if d}
+        if len(args) > 1:
+            raise UnsupportedSQL("DISTINCT aggregates over several arguments",
+                                 "one query may aggregate DISTINCT over one argument; compute "
+                                 "the others in another subquery")
+        x = next(iter(args))
+        assert x is not None
+        partial: list[A.AggCall] = []
+        final: list[A.AggCall] = []
+        for a, d in zip(aggs, distinct, strict=True):
+            if d:
+                final.append(A.AggCall(a.name, a.func, x))
+                continue
+            if a.func == "avg":
+                raise UnsupportedSQL("AVG beside a DISTINCT aggregate",
+                                     "not maintained; use SUM / COUNT")
+            part = A.AggCall(self.fresh(f"p__{a.name}"), a.func, a.arg)
+            partial.append(part)
+            final.append(A.AggCall(a.name, a.func if a.func in ("min", "max") else "sum",
+                                   part.name))
+        keys = list(dict.fromkeys([*gcols, x]))
+        inner = A.Aggregate(self.nid(), proj, tuple(keys), tuple(partial))
+        ren = {k: self.fresh(f"dx__{k}") for k in keys + [p.name for p in partial]}
+        mid = A.Project(self.nid(), inner, tuple((ren[k], A.col(k)) for k in ren))
+        outer = A.Aggregate(self.nid(), mid, tuple(ren[g] for g in gcols), tuple(
+            A.AggCall(f.name, f.func, ren[f.arg] if f.arg else None) for f in final))
+        return outer, {k: ren.get(v, v) for k, v in post.items()}
 
     @staticmethod
     def post_agg(e: exp.Expr, post: dict[str, str]) -> exp.Expr:

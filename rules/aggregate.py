@@ -26,6 +26,7 @@ from idivm.planner.ruleapi import (
     t,
     union_all,
 )
+from idivm.render import Renderer
 
 FLOAT_TYPES = ("REAL", "FLOAT", "DOUBLE", "FLOAT4", "FLOAT8")
 
@@ -217,6 +218,39 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
     return out
 
 
+def render(r: Renderer, node: A.Node) -> exp.Select:
+    """GROUP BY with the output, count(*) and the hidden state of SUM and AVG (Table 12)."""
+    assert isinstance(node, A.Aggregate)
+    src, a = r.rel(node.child)
+    items: list[tuple[str, exp.Expr]] = [(g, c(g, a)) for g in node.group_by]
+    if node.is_global:
+        items.append(("__g", exp.Literal.number(0)))
+    for agg in node.aggs:
+        x = c(agg.arg, a) if agg.arg else None
+        f: exp.Expr
+        if agg.func == "count_star":
+            f = exp.Count(this=exp.Star())
+        else:
+            assert x is not None
+            f = {"sum": exp.Sum, "count": exp.Count, "avg": exp.Avg, "min": exp.Min,
+                 "max": exp.Max}[agg.func](this=x)
+        items.append((agg.name, f))
+    items.append((A.COUNT, exp.Count(this=exp.Star())))
+    for agg in node.aggs:
+        if agg.func in ("sum", "avg"):
+            if agg.func == "avg":
+                items.append((f"__sum_{agg.name}", exp.Sum(this=c(agg.arg or "", a))))
+            items.append((f"__nn_{agg.name}", exp.Count(this=c(agg.arg or "", a))))
+    q = select([(k, dict(items)[k]) for k in node.columns], src)
+    if node.group_by:
+        q = q.group_by(*[c(g, a) for g in node.group_by])
+    return q
+
+
 RULE = OperatorRule(op=A.Aggregate, paper="Tables 7, 9, 11, 12", infer=infer,
                     propagate_all=propagate_all,
-                    conditions=lambda n: set(n.group_by))  # type: ignore[attr-defined]
+                    conditions=lambda n: set(n.group_by),  # type: ignore[attr-defined]
+                    render=render,
+                    fresh_refusal=("nested aggregate", "an aggregate below another operator or "
+                                   "aggregate is not maintained by fresh views (a later "
+                                   "backend)"))

@@ -6,7 +6,8 @@ from idivm import algebra as A
 from idivm.planner.model import DiffNode
 from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select
 
-from .semijoin import affected_left, infer, left_side, recompute
+from .semijoin import RULE as SEMI
+from .semijoin import affected_left, infer, left_side, recompute, render
 
 
 def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
@@ -27,5 +28,5 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
 
 
 RULE = OperatorRule(op=A.AntiJoin, paper="Table 13", infer=infer, propagate=propagate,
-                    conditions=lambda n: A.referenced(n.predicate)  # type: ignore[attr-defined]
-                    )
+                    conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
+                    render=render, combines=True, fresh_refusal=SEMI.fresh_refusal)

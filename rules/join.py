@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from idivm import algebra as A
 from idivm.catalog import Catalog
@@ -17,6 +18,10 @@ from idivm.planner.ruleapi import (
     minimize_key,
     select,
 )
+from idivm.render import Flat, Renderer
+
+if TYPE_CHECKING:
+    from idivm.fresh.query import Flattener
 
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
@@ -71,6 +76,32 @@ def _join_other(ctx: RuleContext, node: A.Join, idx: int, d: DiffNode, alias: st
                   join_type="cross" if on is None else None)
 
 
+def render(r: Renderer, node: A.Node) -> Flat:
+    """Both sides' sources in one FROM, φ on the right side's last source."""
+    assert isinstance(node, A.Join)
+    lf, rf = r.flat(node.left), r.flat(node.right)
+    if rf.outer:  # φ must not land on an outer join's ON: the right side as one relation
+        rf = r.as_flat(node.right)
+    both = Flat(lf.sources, lf.where + rf.where, {**lf.cols, **rf.cols})
+    right = list(rf.sources)
+    right[0] = (right[0][0], None, None)
+    if node.predicate is not None:
+        src, on, side = right[-1]
+        pred = both.bind(node.predicate)
+        right[-1] = (src, pred if on is None else A.exp.and_(on, pred), side)
+    both.sources = lf.sources + right
+    return both
+
+
+def fresh(f: Flattener, node: A.Node) -> None:
+    """Both sides' atoms; φ's conjuncts as conditions (equalities unify variables)."""
+    assert isinstance(node, A.Join)
+    f.visit(node.left)
+    f.visit(node.right)
+    f.conds += [f.convert(x) for x in A.conjuncts(node.predicate)]
+
+
 RULE = OperatorRule(op=A.Join, paper="Tables 4, 10", infer=infer, propagate=propagate,
-                    conditions=lambda n: A.referenced(n.predicate)  # type: ignore[attr-defined]
-                    )
+                    conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
+                    render=render, combines=True, fresh=fresh)
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -12,6 +13,7 @@ from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo, post_name, pre_name
 from idivm.planner.ruleapi import OperatorRule, RuleContext, c, minimize_key, select
+from idivm.render import Flat, Renderer
 
 
 def _simplify(e: exp.Expr, ci: NodeInfo) -> exp.Expr:
@@ -38,6 +40,9 @@ def out_map(node: A.Project, ci: NodeInfo) -> dict[str, str]:
                 break
     return out
 
+if TYPE_CHECKING:
+    from idivm.fresh.query import Flattener
+
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
     assert isinstance(node, A.Project)
@@ -49,7 +54,9 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
         have = [e.name for _, e in exprs if isinstance(e, exp.Column)]
         if any(ci.same(x, h) for h in have):
             continue
-        name = f"__id_{x}"
+        # hidden columns every γ (count, global id) or ∪ (branch) has by the same name get
+        # the projection's nid, so two of them can meet in one join
+        name = f"__id{node.nid}_{x}" if x in (A.COUNT, "__g", A.BRANCH) else f"__id_{x}"
         while name in names:
             name += "_"
         names.add(name)
@@ -136,5 +143,20 @@ def _bound(ctx: RuleContext, e: exp.Expr, vals: Mapping[str, exp.Expr | None]
     return b
 
 
+def render(r: Renderer, node: A.Node) -> Flat:
+    assert isinstance(node, A.Project)
+    f = r.flat(node.child)
+    return Flat(f.sources, f.where, {n: f.bind(e) for n, e in node.exprs})
+
+
+def fresh(f: Flattener, node: A.Node) -> None:
+    """Each output column as an expression over the input's variables."""
+    assert isinstance(node, A.Project)
+    f.visit(node.child)
+    for name, e in node.exprs:
+        f.env[name] = f.convert(e)
+
+
 RULE = OperatorRule(op=A.Project, paper="Table 8", infer=infer, propagate=propagate,
-                    tuple_safe=True)
+                    tuple_safe=True, render=render, fresh=fresh)
+

@@ -4,11 +4,16 @@ column names (one copy per alias, §4 footnote 5)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo, post_name, pre_name
-from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select
+from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select, t
+from idivm.render import Flat, Renderer
+
+if TYPE_CHECKING:
+    from idivm.fresh.query import Flattener
 
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
@@ -47,5 +52,27 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
                      [node.col_of(a) for a in s.pre], [node.col_of(a) for a in s.post])]
 
 
+def render(r: Renderer, node: A.Node) -> Flat:
+    assert isinstance(node, A.Scan)
+    a = r.alias()
+    return Flat([(t(node.table, a), None, None)], [], {
+        p: c(b, a) for p, b in zip(node.cols, node.base_cols, strict=True)})
+
+
+def fresh(f: Flattener, node: A.Node) -> None:
+    """A relation atom whose variables are the scan's columns."""
+    from idivm.fresh import expr as E
+    from idivm.fresh.query import Atom
+
+    assert isinstance(node, A.Scan)
+    table = f.catalog.table(node.table)
+    vs = []
+    for col, base in zip(node.cols, node.base_cols, strict=True):
+        v = E.Var(E.sql_type(table.column(base).type, f"{node.table}.{base}"), col)
+        f.env[col] = v
+        vs.append(v)
+    f.atoms.append(Atom(node.table, tuple(vs)))
+
+
 RULE = OperatorRule(op=A.Scan, paper="Table 1", infer=infer, propagate=propagate,
-                    tuple_safe=True)
+                    tuple_safe=True, render=render, fresh=fresh)

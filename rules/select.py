@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -20,6 +21,10 @@ from idivm.planner.ruleapi import (
     not_true,
     select,
 )
+from idivm.render import Flat, Renderer
+
+if TYPE_CHECKING:
+    from idivm.fresh.query import Flattener
 
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
@@ -94,6 +99,21 @@ def _insert_fetched(ctx: RuleContext, node: A.Select, d: DiffNode) -> DiffNode:
                     "Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)", [d])
 
 
+def render(r: Renderer, node: A.Node) -> Flat:
+    assert isinstance(node, A.Select)
+    f = r.flat(node.child)
+    f.where.append(f.bind(node.predicate))
+    return f
+
+
+def fresh(f: Flattener, node: A.Node) -> None:
+    """φ's conjuncts as conditions."""
+    assert isinstance(node, A.Select)
+    f.visit(node.child)
+    f.conds += [f.convert(x) for x in A.conjuncts(node.predicate)]
+
+
 RULE = OperatorRule(op=A.Select, paper="Table 6", infer=infer, propagate=propagate,
                     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
-                    tuple_safe=True)
+                    tuple_safe=True, render=render, fresh=fresh)
+

@@ -19,6 +19,7 @@ from idivm.planner.ruleapi import (
     subquery,
     union_all,
 )
+from idivm.render import Flat, Renderer, atom
 
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
@@ -146,6 +147,20 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     return recompute(ctx, node, d, ["pre"] if s.kind == "del" else ["pre", "post"], False, "⋉")
 
 
+def render(r: Renderer, node: A.Node) -> Flat:
+    """l with [NOT] EXISTS (SELECT 1 FROM r WHERE φ) added to its conditions."""
+    assert isinstance(node, A.SemiJoin | A.AntiJoin)
+    f = r.flat(node.left)
+    rs, ra = r.rel(node.right)
+    probe: exp.Expr = exists(rs, A.rename_columns(node.predicate, {
+        **{k: atom(v) for k, v in f.cols.items()},
+        **{k: c(k, ra) for k in node.right.columns}}))
+    f.where.append(exp.Not(this=probe) if isinstance(node, A.AntiJoin) else probe)
+    return f
+
+
 RULE = OperatorRule(op=A.SemiJoin, paper="Table 13 (mirrored)", infer=infer, propagate=propagate,
-                    conditions=lambda n: A.referenced(n.predicate)  # type: ignore[attr-defined]
-                    )
+                    conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
+                    render=render, combines=True,
+                    fresh_refusal=("EXISTS/IN subquery", "a nested aggregate; fresh views "
+                                   "maintain select-project-join-aggregate queries only"))

@@ -10,7 +10,8 @@ from sqlglot import exp
 from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo, post_name, pre_name
-from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select
+from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select, subquery, union_all
+from idivm.render import Renderer
 
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
@@ -90,4 +91,32 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
                      [pos[x] for x in pre], [pos[x] for x in post])]
 
 
-RULE = OperatorRule(op=A.UnionAll, paper="Table 5", infer=infer, propagate=propagate)
+def render(r: Renderer, node: A.Node) -> exp.Select:
+    """UNION ALL of the branches, each with its branch number b and the carried IDs of both
+    branches (the other branch's as typed NULLs)."""
+    assert isinstance(node, A.UnionAll)
+    branches = []
+    for b, child, cols in ((0, node.left, node.left_cols), (1, node.right, node.right_cols)):
+        src, a = r.rel(child)
+        items: list[tuple[str, exp.Expr]] = [
+            (n, c(x, a)) for n, x in zip(node.names, cols, strict=True)]
+        items.append((A.BRANCH, exp.Literal.number(b)))
+        for bb, ids in ((0, node.left_ids), (1, node.right_ids)):
+            for x in ids:
+                name = node.carry(bb, x)
+                if bb == b:
+                    items.append((name, c(x, a)))
+                else:
+                    ty = r.types(name)
+                    null: exp.Expr = exp.null()
+                    if ty:
+                        null = exp.cast(null, exp.DataType.build(ty, dialect="postgres"))
+                    items.append((name, null))
+        branches.append(select(items, src))
+    a = r.alias()
+    return select([(k, c(k, a)) for k in node.columns], subquery(union_all(branches), a))
+
+
+RULE = OperatorRule(op=A.UnionAll, paper="Table 5", infer=infer, propagate=propagate,
+                    render=render, combines=True,
+                    fresh_refusal=("UNION", "set operations are not maintained by fresh views"))

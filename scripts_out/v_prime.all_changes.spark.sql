@@ -404,22 +404,22 @@ LEFT JOIN (
   SELECT
     `w`.`did` AS `g__expr`,
     `w`.`cost` AS `agg__sum`,
-    `w`.`__id___cnt` AS `__cnt`,
+    `w`.`__id9___cnt` AS `__cnt`,
     `w`.`__id___nn_agg__sum` AS `__nn_agg__sum`
   FROM `v_prime__store` AS `w`
 ) AS `o`
   ON `d`.`g__expr` = `o`.`g__expr`;
 
--- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id___cnt_post, __id___nn_agg__sum_post)]
+-- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id9___cnt_post, __id___nn_agg__sum_post)]
 -- ∘ γ: Δu for groups that stay (σ_isupd)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
 CREATE OR REPLACE TEMPORARY VIEW `d50` AS
 SELECT
   `s`.`g__expr` AS `did`,
   `s`.`agg__sum__pre` AS `cost__pre`,
-  `s`.`__cnt__pre` AS `__id___cnt__pre`,
+  `s`.`__cnt__pre` AS `__id9___cnt__pre`,
   `s`.`__nn_agg__sum__pre` AS `__id___nn_agg__sum__pre`,
   `s`.`agg__sum__post` AS `cost__post`,
-  `s`.`__cnt__post` AS `__id___cnt__post`,
+  `s`.`__cnt__post` AS `__id9___cnt__post`,
   `s`.`__nn_agg__sum__post` AS `__id___nn_agg__sum__post`
 FROM `d46` AS `s`
 WHERE
@@ -437,37 +437,37 @@ CREATE OR REPLACE TEMPORARY VIEW `d51` AS
 SELECT
   `s`.`g__expr` AS `did`,
   `s`.`agg__sum__post` AS `cost`,
-  `s`.`__cnt__post` AS `__id___cnt`,
+  `s`.`__cnt__post` AS `__id9___cnt`,
   `s`.`__nn_agg__sum__post` AS `__id___nn_agg__sum`
 FROM `d46` AS `s`
 WHERE
   `s`.`__cnt__pre` IS NULL AND `s`.`__cnt__post` > 0;
 
--- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre)]
+-- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre)]
 -- ∘ γ: Δ- for groups emptied (count(*) to 0)  [Δ-(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre)]
 CREATE OR REPLACE TEMPORARY VIEW `d52` AS
 SELECT
   `s`.`g__expr` AS `did`,
   `s`.`agg__sum__pre` AS `cost__pre`,
-  `s`.`__cnt__pre` AS `__id___cnt__pre`,
+  `s`.`__cnt__pre` AS `__id9___cnt__pre`,
   `s`.`__nn_agg__sum__pre` AS `__id___nn_agg__sum__pre`
 FROM `d46` AS `s`
 WHERE
   NOT `s`.`__cnt__pre` IS NULL AND NOT `s`.`__cnt__post` > 0;
 
--- APPLY Δ-(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre) to v_prime__store (view)
+-- APPLY Δ-(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre) to v_prime__store (view)
 MERGE INTO `v_prime__store` AS `v`
 USING `d52` AS `d`
 ON `v`.`did` = `d`.`did`
 WHEN MATCHED THEN DELETE;
 
--- APPLY Δu(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id___cnt_post, __id___nn_agg__sum_post) to v_prime__store (view)
+-- APPLY Δu(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id9___cnt_post, __id___nn_agg__sum_post) to v_prime__store (view)
 MERGE INTO `v_prime__store` AS `v`
 USING `d50` AS `d`
 ON `v`.`did` = `d`.`did`
 WHEN MATCHED THEN UPDATE SET
   `v`.`cost` = `d`.`cost__post`,
-  `v`.`__id___cnt` = `d`.`__id___cnt__post`,
+  `v`.`__id9___cnt` = `d`.`__id9___cnt__post`,
   `v`.`__id___nn_agg__sum` = `d`.`__id___nn_agg__sum__post`;
 
 -- APPLY Δ+(did) to v_prime__store (view)
@@ -476,14 +476,14 @@ USING (
   SELECT DISTINCT
     `did` AS `did`,
     `cost` AS `cost`,
-    `__id___cnt` AS `__id___cnt`,
+    `__id9___cnt` AS `__id9___cnt`,
     `__id___nn_agg__sum` AS `__id___nn_agg__sum`
   FROM `d51`
 ) AS `d`
 ON `v`.`did` = `d`.`did`
 WHEN MATCHED THEN UPDATE SET
   `v`.`cost` = `d`.`cost`,
-  `v`.`__id___cnt` = `d`.`__id___cnt`,
+  `v`.`__id9___cnt` = `d`.`__id9___cnt`,
   `v`.`__id___nn_agg__sum` = `d`.`__id___nn_agg__sum`
-WHEN NOT MATCHED THEN INSERT (`did`, `cost`, `__id___cnt`, `__id___nn_agg__sum`) VALUES (`d`.`did`, `d`.`cost`, `d`.`__id___cnt`, `d`.`__id___nn_agg__sum`);
+WHEN NOT MATCHED THEN INSERT (`did`, `cost`, `__id9___cnt`, `__id___nn_agg__sum`) VALUES (`d`.`did`, `d`.`cost`, `d`.`__id9___cnt`, `d`.`__id___nn_agg__sum`);
 

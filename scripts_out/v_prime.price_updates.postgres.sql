@@ -103,22 +103,22 @@ LEFT JOIN (
   SELECT
     "w"."did" AS "g__expr",
     "w"."cost" AS "agg__sum",
-    "w"."__id___cnt" AS "__cnt",
+    "w"."__id9___cnt" AS "__cnt",
     "w"."__id___nn_agg__sum" AS "__nn_agg__sum"
   FROM "v_prime__store" AS "w"
 ) AS "o"
   ON "d"."g__expr" = "o"."g__expr";
 
--- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id___cnt_post, __id___nn_agg__sum_post)]
+-- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id9___cnt_post, __id___nn_agg__sum_post)]
 -- ∘ γ: Δu for groups that stay (σ_isupd)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
 CREATE TEMPORARY TABLE "d10" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__pre" AS "cost__pre",
-  "s"."__cnt__pre" AS "__id___cnt__pre",
+  "s"."__cnt__pre" AS "__id9___cnt__pre",
   "s"."__nn_agg__sum__pre" AS "__id___nn_agg__sum__pre",
   "s"."agg__sum__post" AS "cost__post",
-  "s"."__cnt__post" AS "__id___cnt__post",
+  "s"."__cnt__post" AS "__id9___cnt__post",
   "s"."__nn_agg__sum__post" AS "__id___nn_agg__sum__post"
 FROM "d6" AS "s"
 WHERE
@@ -136,25 +136,25 @@ CREATE TEMPORARY TABLE "d11" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__post" AS "cost",
-  "s"."__cnt__post" AS "__id___cnt",
+  "s"."__cnt__post" AS "__id9___cnt",
   "s"."__nn_agg__sum__post" AS "__id___nn_agg__sum"
 FROM "d6" AS "s"
 WHERE
   "s"."__cnt__pre" IS NULL AND "s"."__cnt__post" > 0;
 
--- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre)]
+-- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre)]
 -- ∘ γ: Δ- for groups emptied (count(*) to 0)  [Δ-(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre)]
 CREATE TEMPORARY TABLE "d12" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__pre" AS "cost__pre",
-  "s"."__cnt__pre" AS "__id___cnt__pre",
+  "s"."__cnt__pre" AS "__id9___cnt__pre",
   "s"."__nn_agg__sum__pre" AS "__id___nn_agg__sum__pre"
 FROM "d6" AS "s"
 WHERE
   NOT "s"."__cnt__pre" IS NULL AND NOT "s"."__cnt__post" > 0;
 
--- APPLY Δ-(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre) to v_prime__store (view)
+-- APPLY Δ-(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre) to v_prime__store (view)
 DELETE FROM "v_prime__store" AS "v"
 WHERE
   EXISTS(
@@ -165,8 +165,8 @@ WHERE
       "v"."did" = "d"."did"
   );
 
--- APPLY Δu(did; cost_pre, __id___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id___cnt_post, __id___nn_agg__sum_post) to v_prime__store (view)
-UPDATE "v_prime__store" AS "v" SET "cost" = "d"."cost__post", "__id___cnt" = "d"."__id___cnt__post", "__id___nn_agg__sum" = "d"."__id___nn_agg__sum__post"
+-- APPLY Δu(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id9___cnt_post, __id___nn_agg__sum_post) to v_prime__store (view)
+UPDATE "v_prime__store" AS "v" SET "cost" = "d"."cost__post", "__id9___cnt" = "d"."__id9___cnt__post", "__id___nn_agg__sum" = "d"."__id___nn_agg__sum__post"
 FROM "d10" AS "d"
 WHERE
   "v"."did" = "d"."did";
@@ -175,13 +175,13 @@ WHERE
 INSERT INTO "v_prime__store" (
   "did",
   "cost",
-  "__id___cnt",
+  "__id9___cnt",
   "__id___nn_agg__sum"
 )
 SELECT DISTINCT
   "d"."did" AS "did",
   "d"."cost" AS "cost",
-  "d"."__id___cnt" AS "__id___cnt",
+  "d"."__id9___cnt" AS "__id9___cnt",
   "d"."__id___nn_agg__sum" AS "__id___nn_agg__sum"
-FROM "d11" AS "d" ON CONFLICT("did") DO UPDATE SET "cost" = "excluded"."cost", "__id___cnt" = "excluded"."__id___cnt", "__id___nn_agg__sum" = "excluded"."__id___nn_agg__sum";
+FROM "d11" AS "d" ON CONFLICT("did") DO UPDATE SET "cost" = "excluded"."cost", "__id9___cnt" = "excluded"."__id9___cnt", "__id___nn_agg__sum" = "excluded"."__id___nn_agg__sum";
 

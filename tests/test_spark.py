@@ -28,6 +28,7 @@ SPARK_VIEWS = (
     "paper_v", "paper_v_cost", "paper_using_group_aggs", "paper_not_exists", "paper_exists_in",
     "paper_subquery_agg_from", "paper_self_theta", "social_union_all_roles",
     "social_distinct_buckets", "setops_union", "setops_except", "setops_global_filtered",
+    "setops_any_all",
 )  # the orders schema's views: tests/test_spark_delta.py, over tables delta-rs writes
 ROUNDS = 2
 

@@ -114,7 +114,10 @@ def _lake(spark: Any, tmp_path: Path, schema_key: str, seed: int) -> DeltaLake:
 # the orders schema's views run here (over delta-rs writes), the other schemas' in
 # tests/test_spark.py (over apply_changes): both feed maintain through a Delta change feed
 @pytest.mark.parametrize("schema_key,views", [
-    ("orders", ["orders_revenue", "orders_big_orders"]),
+    # issue 15's constructs on Spark: outer joins (left, right, full), scalar subqueries
+    # (correlated, uncorrelated, in HAVING), COUNT(DISTINCT)
+    ("orders", ["orders_revenue", "orders_big_orders", "orders_left_join_counts",
+                "orders_right_full_join", "orders_scalar_correlated", "orders_scalar_having"]),
 ])
 def test_views_over_attached_delta_tables(spark: Any, tmp_path: Path, schema_key: str,
                                           views: list[str]) -> None:

@@ -106,18 +106,18 @@ class _UnionFind:
 
 
 def _refuse_node(node: A.Node) -> None:
-    if isinstance(node, A.SemiJoin | A.AntiJoin):
-        raise UnsupportedSQL("EXISTS/IN subquery", "a nested aggregate; fresh views maintain "
-                             "select-project-join-aggregate queries only")
-    if isinstance(node, A.UnionAll):
-        raise UnsupportedSQL("UNION", "set operations are not maintained by fresh views")
-    if isinstance(node, A.Aggregate):
-        raise UnsupportedSQL("nested aggregate", "an aggregate below another operator or "
-                             "aggregate is not maintained by fresh views (a later backend)")
+    """Refuse an operator its rule gives fresh views no translation for."""
+    from idivm.rules import rule_for
+
+    rule = rule_for(node)
+    if rule.fresh is None:
+        raise UnsupportedSQL(*(rule.fresh_refusal or (node.label,
+                                                      "not maintained by fresh views")))
 
 
-class _Flattener:
-    """SPJ subtree → atoms, conditions and an environment plan column → expression."""
+class Flattener:
+    """SPJ subtree → atoms, conditions and an environment plan column → expression; each
+    operator's rule (``fresh``) adds its part."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -126,29 +126,13 @@ class _Flattener:
         self.env: dict[str, E.Expr] = {}
 
     def visit(self, node: A.Node) -> None:
-        if isinstance(node, A.Scan):
-            table = self.catalog.table(node.table)
-            vs = []
-            for c, base in zip(node.cols, node.base_cols, strict=True):
-                t = E.sql_type(table.column(base).type, f"{node.table}.{base}")
-                v = E.Var(t, c)
-                self.env[c] = v
-                vs.append(v)
-            self.atoms.append(Atom(node.table, tuple(vs)))
-        elif isinstance(node, A.Select):
-            self.visit(node.child)
-            self.conds += [self.convert(c) for c in A.conjuncts(node.predicate)]
-        elif isinstance(node, A.Join):
-            self.visit(node.left)
-            self.visit(node.right)
-            self.conds += [self.convert(c) for c in A.conjuncts(node.predicate)]
-        elif isinstance(node, A.Project):
-            self.visit(node.child)
-            for name, e in node.exprs:
-                self.env[name] = self.convert(e)
-        else:
+        from idivm.rules import rule_for
+
+        fn = rule_for(node).fresh
+        if fn is None:
             _refuse_node(node)
-            raise UnsupportedSQL(node.label, "not maintained by fresh views")
+        else:
+            fn(self, node)
 
     def convert(self, e: exp.Expr) -> E.Expr:
         return E.from_sql(e, lambda name: self.env[name])
@@ -191,9 +175,8 @@ def translate(sql: str, catalog: Catalog) -> FreshQuery:
         node = node.children[0]
     for n in A.walk(node):
         if n is not node or not isinstance(n, A.Aggregate):
-            if isinstance(n, A.Aggregate | A.SemiJoin | A.AntiJoin | A.UnionAll):
-                _refuse_node(n)
-    f = _Flattener(catalog)
+            _refuse_node(n)
+    f = Flattener(catalog)
     if isinstance(node, A.Aggregate):
         f.visit(node.child)
         atoms, conds, env = _unify(f.atoms, f.conds, f.env)

@@ -55,8 +55,9 @@ def cache_name(view: str, nid: int) -> str:
 
 
 def _has_join(node: A.Node) -> bool:
-    return any(isinstance(n, A.Join | A.SemiJoin | A.AntiJoin | A.UnionAll)
-               for n in A.walk(node))
+    from idivm.rules import rule_for
+
+    return any(rule_for(n).combines for n in A.walk(node))
 
 
 def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str

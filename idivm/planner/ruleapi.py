@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -25,9 +26,15 @@ from idivm.planner.model import (
     pre_name,
 )
 
+if TYPE_CHECKING:
+    from idivm.fresh.query import Flattener
+    from idivm.render import Flat, Renderer
+
 InferFn = Callable[[A.Node, "Sequence[NodeInfo]", Catalog], "tuple[A.Node, NodeInfo]"]
 PropagateFn = Callable[["RuleContext", A.Node, int, DiffNode], "list[DiffNode]"]
 PropagateAllFn = Callable[["RuleContext", A.Node, "list[tuple[int, DiffNode]]"], "list[DiffNode]"]
+RenderFn = Callable[["Renderer", A.Node], "Flat | exp.Select"]
+FreshFn = Callable[["Flattener", A.Node], None]
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,17 @@ class OperatorRule:
     tuple_safe: bool = False
     # tuple_safe: on t-diffs (full-tuple Δ+ and Δ-, no Δu) these rules are the classical
     # tuple-based rules, so the tuple strategy uses them as they are
+    render: RenderFn | None = None
+    # render(): the operator as SQL over its inputs (idivm.render.Renderer gives them as flat
+    # parts or relations): to materialize, recompute, and read Input_pre / Input_post
+    combines: bool = False
+    # combines: the operator combines rows of several inputs, so a γ above it keeps its input
+    # as an operator cache (§5; re-joining on every change would cost what the cache saves)
+    fresh: FreshFn | None = None
+    # fresh(): the operator into a fresh view's flat query (idivm.fresh.query.Flattener adds
+    # relation atoms, conditions and column values); None: fresh views refuse it, naming
+    # ``fresh_refusal`` (construct, reason)
+    fresh_refusal: tuple[str, str] | None = None
 
     @property
     def blocking(self) -> bool:

@@ -396,6 +396,67 @@ VIEWS: tuple[ViewDef, ...] = (
         """,
         ("comma join", "GROUP BY nullable column", "HAVING on nullable column", "MIN numeric"),
     ),
+    # outer joins: padded rows appear and vanish as matches come and go (issue 15)
+    ViewDef(
+        "orders_left_join_counts",
+        "orders",
+        """
+        SELECT c.custkey, c.name, count(o.orderkey) AS n_orders, sum(o.priority) AS sum_pri
+        FROM customers c LEFT JOIN orders o ON o.custkey = c.custkey AND o.status <> 'F'
+        GROUP BY c.custkey, c.name
+        """,
+        ("LEFT JOIN", "ON with a condition on the padded side", "COUNT over padded rows"),
+    ),
+    ViewDef(
+        "orders_left_join_rows",
+        "orders",
+        """
+        SELECT o.orderkey, o.status, l.linenumber, l.quantity, c.nation
+        FROM orders o LEFT JOIN lineitem l ON l.orderkey = o.orderkey AND l.quantity > o.priority
+        JOIN customers c ON c.custkey = o.custkey
+        WHERE o.orderdate > 3
+        """,
+        ("LEFT JOIN with a θ part", "inner join after an outer join", "WHERE on the "
+         "preserved side"),
+    ),
+    ViewDef(
+        "orders_right_full_join",
+        "orders",
+        """
+        SELECT c.custkey AS ckey, o.orderkey, o.priority, c.segment
+        FROM orders o RIGHT JOIN customers c ON o.custkey = c.custkey AND o.priority > 1
+        UNION ALL
+        SELECT c.custkey, o.orderkey, o.priority, c.segment
+        FROM customers c FULL JOIN orders o ON o.custkey = c.custkey AND c.acctbal > 0
+        """,
+        ("RIGHT JOIN", "FULL JOIN", "padded rows on both sides"),
+    ),
+    # scalar subqueries, ANY/ALL, COUNT(DISTINCT) (issue 15)
+    ViewDef(
+        "orders_scalar_correlated",
+        "orders",
+        """
+        SELECT l.orderkey, l.linenumber, l.quantity
+        FROM lineitem l
+        WHERE l.quantity > (SELECT 0.8 * avg(l2.quantity) FROM lineitem l2
+                            WHERE l2.partno = l.partno AND l2.linenumber <> 2)
+          AND l.quantity < (SELECT 40)
+        """,
+        ("correlated scalar aggregate subquery", "constant subquery"),
+    ),
+    ViewDef(
+        "orders_scalar_having",
+        "orders",
+        """
+        SELECT o.custkey, sum(o.priority) AS s, count(DISTINCT o.status) AS statuses
+        FROM orders o
+        WHERE o.orderdate >= (SELECT min(o3.orderdate) + 2 FROM orders o3 WHERE o3.priority = 1)
+        GROUP BY o.custkey
+        HAVING sum(o.priority) > (SELECT avg(o2.priority) FROM orders o2)
+        """,
+        ("uncorrelated scalar subquery in WHERE", "scalar subquery in HAVING",
+         "COUNT(DISTINCT)"),
+    ),
     # ----------------------------------------------------------------- (d) set operations
     ViewDef(
         "setops_union",
@@ -451,6 +512,17 @@ VIEWS: tuple[ViewDef, ...] = (
         WHERE r.b < s.y AND r.c IS NOT NULL
         """,
         ("theta join (comma)", "COALESCE with several arguments"),
+    ),
+    ViewDef(
+        "setops_any_all",
+        "setops",
+        """
+        SELECT a, b, c FROM r
+        WHERE b >= ALL (SELECT y FROM s WHERE s.x < r.a)
+          AND c < ANY (SELECT z FROM s)
+          AND NOT (b = ANY (SELECT z + 1 FROM s WHERE s.y > 5))
+        """,
+        ("ALL (correlated)", "ANY over a nullable column", "NOT … ANY"),
     ),
     ViewDef(
         "setops_global_filtered",

@@ -1,0 +1,302 @@
+"""Subquery unnesting: pure rewrites of a qualified SQL tree, applied by the frontend.
+
+Each rewrite turns a subquery form the algebra has no operator for into one it has, the standard
+way (Kim; Dayal; Galindo-Legaria & Joshi), so the rules of the operators it lands on maintain it:
+
+- ``x op ANY (S)`` / ``x op ALL (S)`` as a WHERE conjunct → ``EXISTS`` / ``NOT EXISTS`` with the
+  comparison (ALL: its negation, NULL counting as not true) pushed into S: a semijoin or
+  antijoin (``semijoin.py``, ``antijoin.py``).
+- A scalar aggregate subquery compared in a conjunct, ``x < (SELECT 0.2*avg(y) FROM R WHERE
+  R.k = outer.k AND …)`` → a derived table grouped by the correlation columns,
+  ``(SELECT 0.2*avg(y) AS __v, R.k AS __k1 FROM R WHERE … GROUP BY R.k)``, joined on
+  ``__k1 = outer.k``, with the conjunct reading ``__v``: an aggregate (``aggregate.py``) joined
+  in (``join.py``), maintained by affected groups. Uncorrelated, it is a one-row global
+  aggregate joined to every row.
+
+The join is exact only when a missing subquery row and a NULL subquery value both make the
+conjunct not true; the rewrite checks that (the value is NULL on no rows: SUM, AVG, MIN, MAX
+under arithmetic; the conjunct is strict in it: comparisons and arithmetic), and refuses the
+rest by name (COUNT, which is 0 on no rows; a subquery under OR, CASE, COALESCE, IS NULL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from idivm.errors import UnsupportedSQL
+
+COMPARISONS: tuple[type[exp.Expr], ...] = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+# nodes through which a NULL operand makes the whole expression NULL
+STRICT: tuple[type[exp.Expr], ...] = COMPARISONS + (
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Paren, exp.Cast, exp.Not)
+NULL_ON_EMPTY_AGGS: tuple[type[exp.Expr], ...] = (exp.Sum, exp.Avg, exp.Min, exp.Max)
+
+
+def _select_of(e: exp.Expr) -> exp.Expr:
+    return e.this if isinstance(e, exp.Subquery) else e
+
+
+def own_aliases(select: exp.Select) -> set[str]:
+    """The aliases a SELECT's own FROM and JOIN items introduce."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    items = ([from_.this] if from_ is not None else []) + [
+        j.this for j in select.args.get("joins") or []]
+    return {i.alias_or_name for i in items}
+
+
+def outer_columns(e: exp.Expr, own: set[str]) -> list[exp.Column]:
+    """Qualified columns of ``e`` naming neither ``own`` nor a source of a query nested in
+    ``e`` (the references out of the query ``own`` belongs to)."""
+    nested: set[str] = set()
+    for q in e.find_all(exp.Select):
+        nested |= own_aliases(q)
+    return [c for c in e.find_all(exp.Column)
+            if c.table and c.table not in own and c.table not in nested]
+
+
+# -- constant subqueries -----------------------------------------------------------------
+
+
+def inline_constants(tree: exp.Expr) -> exp.Expr:
+    """``(SELECT <constant>)`` — a subquery with no FROM, WHERE or aggregate, one column of
+    literals — as its value (DBToaster's ``(SELECT 3)``)."""
+
+    def sub(n: exp.Expr) -> exp.Expr:
+        if not isinstance(n, exp.Subquery) or isinstance(n.parent, exp.From | exp.Join):
+            return n
+        q = n.this
+        if (isinstance(q, exp.Select) and not (q.args.get("from_") or q.args.get("from"))
+                and len(q.expressions) == 1 and not any(
+                    q.args.get(a) for a in ("where", "group", "having", "distinct", "limit"))
+                and not q.expressions[0].find(exp.Column, exp.AggFunc, exp.Query)):
+            return exp.paren(q.expressions[0].unalias().copy())
+        return n
+
+    return tree.transform(sub)
+
+
+# -- ANY / ALL --------------------------------------------------------------------------------
+
+
+def quantified(conjunct: exp.Expr, fresh: Callable[[str], str]) -> exp.Expr | None:
+    """``[NOT] x op ANY|SOME|ALL (S)`` as ``[NOT] EXISTS (…)``; None when ``conjunct`` is not
+    one. Valid as a WHERE conjunct (where NULL and FALSE both drop the row)."""
+    negated = False
+    inner = conjunct
+    while isinstance(inner, exp.Paren | exp.Not):
+        if isinstance(inner, exp.Not):
+            negated = not negated
+        inner = inner.this
+    if not isinstance(inner, COMPARISONS):
+        return None
+    quant = inner.expression
+    if not isinstance(quant, exp.Any | exp.All):
+        return None
+    sub = _select_of(quant.this)
+    if not isinstance(sub, exp.Query):
+        return None  # x = ANY (ARRAY[…]) is a plain predicate
+    is_all = isinstance(quant, exp.All)
+    x = inner.this
+
+    def compare(y: exp.Expr) -> exp.Expr:
+        return type(inner)(this=exp.paren(x.copy()), expression=exp.paren(y))
+
+    if (isinstance(sub, exp.Select) and not sub.args.get("group") and not sub.args.get("having")
+            and not sub.args.get("distinct") and not sub.find(exp.AggFunc)
+            and not sub.args.get("limit") and len(sub.expressions) == 1):
+        body = sub.copy()
+        y = body.expressions[0].unalias()
+    else:
+        if len(sub.selects) != 1:
+            raise UnsupportedSQL("ANY/ALL (subquery)", "the subquery must return one column")
+        alias = fresh("__quant")
+        name = sub.selects[0].alias_or_name
+        body = exp.select("1").from_(exp.Subquery(
+            this=sub.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+        y = exp.column(name, table=alias)
+    # x op ANY S holds iff some comparison is true; x op ALL S iff none is not true;
+    # NOT (x op ANY S) iff none is not false; NOT (x op ALL S) iff some is false
+    cmp = compare(y)
+    if not is_all and not negated:
+        test, exists = cmp, True
+    elif is_all and not negated:
+        test, exists = exp.not_(exp.Is(this=exp.paren(cmp), expression=exp.true())), False
+    elif not is_all:
+        test, exists = exp.not_(exp.Is(this=exp.paren(cmp), expression=exp.false())), False
+    else:
+        test, exists = exp.Is(this=exp.paren(cmp), expression=exp.false()), True
+    body.set("expressions", [exp.Literal.number(1)])
+    body = body.where(test, copy=False)
+    probe = exp.Exists(this=body)
+    return probe if exists else exp.not_(probe)
+
+
+# -- scalar aggregate subqueries ----------------------------------------------------------
+
+
+def scalar_subqueries(e: exp.Expr) -> list[exp.Subquery]:
+    """The outermost subqueries of ``e`` used as values (not IN / EXISTS / ANY / ALL)."""
+    out: list[exp.Subquery] = []
+    for sq in e.find_all(exp.Subquery):
+        if any(sq is not o and o in _ancestors(sq) for o in out):
+            continue
+        parent = sq.parent
+        if isinstance(parent, exp.Exists | exp.Any | exp.All) or (
+                isinstance(parent, exp.In) and parent.args.get("query") is sq):
+            continue
+        if any(isinstance(a, exp.Subquery) for a in _ancestors(sq, stop=e)):
+            continue
+        out.append(sq)
+    return out
+
+
+def _ancestors(n: exp.Expr, stop: exp.Expr | None = None) -> list[exp.Expr]:
+    out = []
+    p = n.parent
+    while p is not None and p is not stop:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+@dataclass(frozen=True)
+class Unnested:
+    """A conjunct with its scalar subqueries replaced by columns of derived tables."""
+
+    conjunct: exp.Expr
+    sources: tuple[exp.Subquery, ...]  # the derived tables (aliased), to join in
+    joins: tuple[exp.Expr, ...]  # correlation equalities between them and the outer sources
+
+
+def scalar(conjunct: exp.Expr, outer_own: set[str], fresh: Callable[[str], str]) -> Unnested:
+    """Unnest every scalar subquery of ``conjunct`` (a WHERE or HAVING conjunct of the query
+    whose own sources are ``outer_own``)."""
+    conjunct = conjunct.copy()
+    sources: list[exp.Subquery] = []
+    joins: list[exp.Expr] = []
+    for sq in scalar_subqueries(conjunct):
+        _check_strict(sq, conjunct)
+        alias = fresh("__scalar")
+        derived, corr = _grouped(sq.this, alias, outer_own)
+        sources.append(derived)
+        joins += corr
+        sq.replace(exp.column("__v", table=alias))
+    return Unnested(conjunct, tuple(sources), tuple(joins))
+
+
+def _check_strict(sq: exp.Subquery, conjunct: exp.Expr) -> None:
+    node: exp.Expr = sq
+    while node is not conjunct:
+        parent = node.parent
+        assert parent is not None
+        if not isinstance(parent, STRICT):
+            raise UnsupportedSQL(
+                "scalar subquery under " + parent.key.upper(),
+                "a scalar subquery is maintained as a compared value (comparisons and "
+                "arithmetic over it in a WHERE or HAVING conjunct), where no row and a NULL "
+                "value both reject the row")
+        node = parent
+
+
+def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
+             ) -> tuple[exp.Subquery, list[exp.Expr]]:
+    """The scalar subquery ``sub`` as a derived table grouped by its correlation columns,
+    and the equalities joining it to the outer query."""
+    if isinstance(sub, exp.Select) and not (sub.args.get("from_") or sub.args.get("from")):
+        raise UnsupportedSQL("scalar subquery without FROM",
+                             "a constant subquery should be inlined by the caller")
+    if not isinstance(sub, exp.Select):
+        raise UnsupportedSQL("scalar subquery over a set operation", "not maintained")
+    for arg, what in (("group", "GROUP BY"), ("having", "HAVING"), ("distinct", "DISTINCT"),
+                      ("limit", "LIMIT")):
+        if sub.args.get(arg):
+            raise UnsupportedSQL(f"scalar subquery with {what}",
+                                 "only single-row aggregate subqueries are maintained")
+    if len(sub.expressions) != 1:
+        raise UnsupportedSQL("scalar subquery", "the subquery must return one column")
+    value = sub.expressions[0].unalias()
+    if not value.find(exp.AggFunc):
+        raise UnsupportedSQL("scalar subquery without an aggregate",
+                             "a non-aggregate scalar subquery may return several rows; "
+                             "join its table instead")
+    for n in value.walk(prune=lambda n: isinstance(n, exp.AggFunc | exp.Column | exp.DataType)):
+        if isinstance(n, exp.Count):
+            raise UnsupportedSQL("scalar subquery with COUNT",
+                                 "COUNT is 0, not NULL, over no rows; compare against a "
+                                 "joined grouped count instead")
+        if isinstance(n, exp.AggFunc) and not isinstance(n, NULL_ON_EMPTY_AGGS):
+            raise UnsupportedSQL(f"scalar subquery with {n.key.upper()}", "not maintained")
+        if isinstance(n, exp.AggFunc) and isinstance(n.this, exp.Distinct):
+            raise UnsupportedSQL("DISTINCT aggregate in a scalar subquery", "not maintained")
+        if not isinstance(n, STRICT + NULL_ON_EMPTY_AGGS + (exp.Column, exp.Literal,
+                                                           exp.DataType)):
+            raise UnsupportedSQL(
+                f"scalar subquery over {n.key.upper()}",
+                "the subquery's value must be NULL over no rows (arithmetic over SUM, AVG, "
+                "MIN, MAX)")
+    if outer_columns(value, own_aliases(sub)):
+        raise UnsupportedSQL("correlated aggregate argument",
+                             "the aggregate of a scalar subquery reads only its own tables")
+    own = own_aliases(sub)
+    where = sub.args.get("where")
+    local: list[exp.Expr] = []
+    keys: list[tuple[exp.Expr, exp.Expr]] = []  # (inner expression, outer expression)
+    for c in _conjuncts(where.this if where is not None else None):
+        refs = outer_columns(c, own)
+        if not refs:
+            local.append(c)
+            continue
+        pair = _correlation(c, own)
+        if pair is None:
+            raise UnsupportedSQL(
+                "correlated scalar subquery with a non-equality correlation",
+                f"{c.sql('postgres')}: only inner = outer correlations are decorrelated")
+        for col in outer_columns(pair[1], set()):
+            if col.table not in outer_own:
+                raise UnsupportedSQL("scalar subquery correlated two levels up",
+                                     f"{col.sql('postgres')} is not a source of the query "
+                                     "the subquery is compared in")
+        keys.append(pair)
+    body = sub.copy()
+    body.set("where", None)
+    if local:
+        body = body.where(exp.and_(*[x.copy() for x in local]), copy=False)
+    items: list[exp.Expr] = [exp.alias_(value.copy(), "__v")]
+    items += [exp.alias_(k.copy(), f"__k{i}") for i, (k, _) in enumerate(keys, 1)]
+    body.set("expressions", items)
+    if keys:
+        body = body.group_by(*[k.copy() for k, _ in keys], copy=False)
+    derived = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    joins: list[exp.Expr] = [
+        exp.EQ(this=exp.column(f"__k{i}", table=alias), expression=o.copy())
+        for i, (_, o) in enumerate(keys, 1)]
+    return derived, joins
+
+
+def _conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
+    if e is None:
+        return []
+    if isinstance(e, exp.And):
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    if isinstance(e, exp.Paren) and isinstance(e.this, exp.And):
+        return _conjuncts(e.this)
+    return [e]
+
+
+def _correlation(c: exp.Expr, own: set[str]) -> tuple[exp.Expr, exp.Expr] | None:
+    """``inner = outer`` (either way round) as (inner, outer); None for anything else."""
+    if isinstance(c, exp.Paren):
+        return _correlation(c.this, own)
+    if not isinstance(c, exp.EQ):
+        return None
+    for a, b in ((c.this, c.expression), (c.expression, c.this)):
+        if a.find(exp.Select) or b.find(exp.Select):
+            return None
+        a_out, b_out = outer_columns(a, own), outer_columns(b, own)
+        a_cols, b_cols = list(a.find_all(exp.Column)), list(b.find_all(exp.Column))
+        if a_cols and not a_out and b_cols and len(b_out) == len(b_cols):
+            return a, b
+    return None

@@ -1,0 +1,188 @@
+"""Outer join l ⟕_φ r (and full ⟗_φ): IDs, i-diff rules, rendering, and the fresh refusal.
+
+IDs (Table 1, extended): ID(l) ∪ ID(r), as for ⋈. A padded row holds NULL in the IDs of the
+side it pads, and it is the only row with its preserved side's IDs (a row with a match has none),
+so the IDs stay a key; they are compared null-safely (stores key them NULLS NOT DISTINCT). φ's
+equalities are *not* equivalences here: a padded row has l.k but NULL for r.k.
+
+i-diff rules (in the style of Larson & Zhou's outer-join maintenance, by IDs):
+- Δu on attributes φ does not read passes, named by the IDs of its side: matching is unchanged,
+  and a padded row holds no attribute of the side it pads.
+- Δ+ of the preserved side of a left join: Δ+_l ⟕_φ Input_r_post. Δ- of it passes by ID(l).
+- Anything else changes which rows match which, so it *re-derives* the preserved rows it may
+  touch: Δ- by their IDs (an over-estimate, as Table 10's Δu on join attributes) and
+  Δ+ = Input_post ⋉_IDs (those IDs), where Input_post is the outer join itself. The touched
+  preserved rows are those the changed rows name (the changed side preserved), and those joining
+  a changed row's pre- or post-image (the other side): a row of r appearing or vanishing
+  creates or removes the padded row of every l row it matches.
+APPLY runs Δ- before Δ+ and a Δ+ is an upsert by the IDs, so a row re-derived by two i-diffs is
+inserted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+from idivm import algebra as A
+from idivm.catalog import Catalog
+from idivm.planner.model import DiffNode, NodeInfo
+from idivm.planner.ruleapi import (
+    OperatorRule,
+    RuleContext,
+    and_all,
+    c,
+    minimize_key,
+    select,
+    subquery,
+)
+from idivm.render import Flat, Renderer
+
+
+def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
+    assert isinstance(node, A.OuterJoin)
+    li, ri = infos
+    equiv = li.equiv + ri.equiv  # φ's equalities fail on padded rows
+    fds = li.fds + ri.fds
+    padded = set(node.right.columns) | (set(node.left.columns) if node.full else set())
+    nullable = {**li.nullable, **ri.nullable}
+    nullable.update({k: True for k in padded})
+    return node, NodeInfo(
+        ids=minimize_key(li.ids + ri.ids, fds, equiv),
+        scan_ids={**li.scan_ids, **ri.scan_ids},
+        equiv=equiv,
+        fds=fds,
+        lineage={**li.lineage, **ri.lineage},
+        nullable=nullable,
+        carry=tuple(dict.fromkeys(li.carry + ri.carry)),
+        multivalued=True,
+        types={**li.types, **ri.types},
+    )
+
+
+def _preserved(node: A.OuterJoin) -> tuple[int, ...]:
+    return (0, 1) if node.full else (0,)
+
+
+def _sym(idx: int) -> str:
+    return "l" if idx == 0 else "r"
+
+
+def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
+    assert isinstance(node, A.OuterJoin)
+    s, nid = d.schema, node.nid
+    side = node.children[idx]
+    sym = _sym(idx)
+    on_side = A.referenced(node.predicate) & set(side.columns)
+    if s.kind == "upd" and not on_side & set(s.post):
+        return [ctx.passthrough(d, nid, f"⟕: Δu_{sym} on attributes φ does not read passes")]
+    if idx == 0 and not node.full and s.kind == "ins":
+        return [ctx.emit("ins", nid, ctx.info(nid).ids, _pad_join(ctx, node, d),
+                         "⟕: Δ+_l ⟕_φ Input_r_post", [d])]
+    if idx == 0 and not node.full and s.kind == "del":
+        return [ctx.passthrough(d, nid, "⟕: Δ-_l passes (by the IDs of l)")]
+    out: list[DiffNode] = []
+    for dele in touched(ctx, node, idx, d):
+        out += [dele, rederive(ctx, node, dele, "⟕: Δ+ = Input_post ⋉_IDs Δ-")]
+    return out
+
+
+def touched(ctx: RuleContext, node: A.OuterJoin, idx: int, d: DiffNode) -> list[DiffNode]:
+    """Per preserved input, a Δ- naming by its IDs the rows a change of input ``idx`` may
+    touch (the changed rows themselves, or the rows joining their pre- or post-images)."""
+    sym = _sym(idx)
+    out = []
+    for p in _preserved(node):
+        if p == idx:
+            out.append(ctx.ids_only_delete(d, node.nid, f"⟕: Δ{_mark(d.schema.kind)}_{sym} "
+                                           f"re-derives its rows → Δ- by ID({sym})"))
+        else:
+            out.append(ctx.emit("del", node.nid, ctx.info(node.children[p].nid).ids,
+                                _touched(ctx, node, idx, d), f"⟕: the {_sym(p)} rows a "
+                                f"changed {sym} row joins (pre or post) → Δ- by ID({_sym(p)})",
+                                [d]))
+    return out
+
+
+def _mark(kind: str) -> str:
+    return {"ins": "+", "del": "-", "upd": "u"}[kind]
+
+
+def rederive(ctx: RuleContext, node: A.OuterJoin, dele: DiffNode, rule: str) -> DiffNode:
+    """Δ+: the rows of the outer join (post) that ``dele`` names."""
+    q = select([(k, c(k, "f")) for k in node.columns], ctx.fetch("post", node.nid, dele, "f"))
+    return ctx.emit("ins", node.nid, ctx.info(node.nid).ids, q, rule, [dele])
+
+
+def _on(node: A.OuterJoin, vals: dict[str, exp.Expr | None]) -> exp.Expr:
+    if node.predicate is None:
+        return exp.true()
+    bound = A.rename_columns(node.predicate, {k: v for k, v in vals.items() if v is not None})
+    return and_all([bound])
+
+
+def _pad_join(ctx: RuleContext, node: A.OuterJoin, d: DiffNode) -> exp.Select:
+    """Δ+_l ⟕_φ Input_r_post."""
+    vals: dict[str, exp.Expr | None] = {k: c(k, "i") for k in node.left.columns}
+    vals.update({k: c(k, "o") for k in node.right.columns})
+    q = select([(k, vals[k]) for k in node.columns], ctx.rel(d, "i"))  # type: ignore[misc]
+    return q.join(ctx.state("post", node.right.nid, "o"), on=_on(node, vals), join_type="left")
+
+
+def _images(ctx: RuleContext, node: A.OuterJoin, idx: int, d: DiffNode
+            ) -> list[tuple[exp.Expr, dict[str, exp.Expr | None]]]:
+    """The changed rows of input ``idx``: their pre-images (Δ-, Δu) and post-images (Δ+, Δu),
+    from the i-diff where it holds φ's attributes, else from Input_pre / Input_post ⋉ Δ."""
+    side = node.children[idx]
+    need = A.referenced(node.predicate) & set(side.columns)
+    out: list[tuple[exp.Expr, dict[str, exp.Expr | None]]] = []
+    for which, kinds in (("pre", ("del", "upd")), ("post", ("ins", "upd"))):
+        if d.schema.kind not in kinds:
+            continue
+        alias = f"i{which}"
+        vals = ctx.pre_values(d, alias) if which == "pre" else ctx.post_values(d, alias)
+        if all(vals.get(k) is not None for k in need):
+            out.append((ctx.rel(d, alias), vals))
+        else:
+            out.append((ctx.fetch(which, side.nid, d, alias),
+                        {k: c(k, alias) for k in side.columns}))
+    return out
+
+
+def _touched(ctx: RuleContext, node: A.OuterJoin, idx: int, d: DiffNode) -> exp.Select:
+    """The IDs of the other input's rows (post) that a changed row of input ``idx`` joins."""
+    other = node.children[1 - idx]
+    ids = ctx.info(other.nid).ids
+    parts = []
+    for src, vals in _images(ctx, node, idx, d):
+        both = dict(vals)
+        both.update({k: c(k, "o") for k in other.columns})
+        q = select([(k, c(k, "o")) for k in ids], src, distinct=True)
+        parts.append(q.join(ctx.state("post", other.nid, "o"), on=_on(node, both)))
+    if len(parts) == 1:
+        return parts[0]
+    out: exp.Expr = parts[0]
+    for q in parts[1:]:
+        out = exp.union(out, q, distinct=True, copy=False)
+    return select([(k, c(k, "t")) for k in ids], subquery(out, "t"))
+
+
+def render(r: Renderer, node: A.Node) -> Flat:
+    """The preserved side's sources, then the other side as one relation joined LEFT (or
+    FULL) on φ, so conditions of the padded side stay inside it."""
+    assert isinstance(node, A.OuterJoin)
+    lf = r.as_flat(node.left) if node.full else r.flat(node.left)
+    rs, ra = r.rel(node.right)
+    cols = {**lf.cols, **{k: c(k, ra) for k in node.right.columns}}
+    on = Flat([], [], cols).bind(node.predicate) if node.predicate is not None else exp.true()
+    return Flat(lf.sources + [(rs, on, "full" if node.full else "left")], lf.where, cols)
+
+
+RULE = OperatorRule(
+    op=A.OuterJoin, paper="Larson & Zhou; Gupta & Mumick (outer joins), by IDs", infer=infer,
+    propagate=propagate,
+    conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
+    render=render, combines=True,
+    fresh_refusal=("outer join", "fresh views maintain inner select-project-join-aggregate "
+                   "queries; a padded row is not a product of relation atoms"))

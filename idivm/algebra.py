@@ -59,6 +59,22 @@ class Scan(Node):
 
 
 @dataclass(frozen=True)
+class OneRow(Node):
+    """The one-row relation a SELECT without FROM reads: one constant column ``name`` (its ID);
+    it never changes."""
+
+    name: str
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    @property
+    def label(self) -> str:
+        return "{()}"
+
+
+@dataclass(frozen=True)
 class Select(Node):
     """σ_φ(child)."""
 

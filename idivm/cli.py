@@ -196,6 +196,16 @@ def cmd_bench_tpch(args: argparse.Namespace) -> int:
                           dsn=args.dsn, out=Path(args.out), keep=args.keep)
 
 
+def cmd_bench_dbt_suite(args: argparse.Namespace) -> int:
+    from idivm.bench import dbt_suite
+
+    root = Path(args.queries)
+    if not (root / "test" / "queries").is_dir():
+        raise IdivmError(f"{root} is not a dbtoaster-a5 checkout (no test/queries in it)")
+    dbt_suite.run(root, args.dsn, Path(args.out))
+    return 0
+
+
 def cmd_bench_spark(args: argparse.Namespace) -> int:
     from idivm.bench import spark_bench
 
@@ -547,6 +557,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--keep", action="store_true",
                    help="keep the benchmark schema (default: dropped at the end and on error)")
     b.set_defaults(func=cmd_bench_tpch)
+    b = bench.add_parser("dbt-suite", help="acceptance of DBToaster's query suite (tpch, "
+                         "finance, simple; keys added), refusals checked against PostgreSQL")
+    b.add_argument("--queries", required=True, metavar="DIR",
+                   help="a checkout of github.com/dbtoaster/dbtoaster-a5")
+    b.add_argument("--out", default="bench_out/dbt_suite", help="directory of the JSON")
+    b.add_argument("--dsn", default=_default_dsn(),
+                   help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
+    b.set_defaults(func=cmd_bench_dbt_suite)
     b = bench.add_parser("spark", help="parts/devices (paper §7.2): maintain vs recompute on "
                          "Spark")
     b.add_argument("--devices-parts", type=int, default=5_000_000, metavar="N",

@@ -7,6 +7,7 @@ table.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -349,8 +350,6 @@ class _Converter:
     def select(self, s: exp.Select, outer: _Scope | None) -> tuple[A.Node, list[str]]:
         scope = _Scope({}, outer)
         from_ = s.args.get("from_") or s.args.get("from")
-        if from_ is None:
-            raise UnsupportedSQL("SELECT without FROM", "a view reads at least one table")
         joins = list(s.args.get("joins") or [])
         for j in joins:
             if j.args.get("using"):
@@ -360,17 +359,38 @@ class _Converter:
         pool = [unnest.quantified(c, self.fresh) or c for c in pool]
         own = unnest.own_aliases(s)
         scalars: list[exp.Expr] = []
+        padded: list[unnest.Unnested] = []  # joined LEFT after the rest, read above
         for i, c in enumerate(list(pool)):
             if self.is_subquery_predicate(c) or not unnest.scalar_subqueries(c):
                 continue
             u = unnest.scalar(c, own, self.fresh)
+            if u.padded:
+                padded.append(u)
+                pool[i] = exp.true()
+                continue
             pool[i] = u.conjunct
             pool += list(u.joins)
             scalars += list(u.sources)
+        items_out = []
+        for item in s.expressions:  # SELECT items: their subqueries' rows joined LEFT
+            if unnest.scalar_subqueries(item):
+                u = unnest.scalar(item, own, self.fresh, padded=True)
+                padded.append(dataclasses.replace(u, conjunct=exp.true()))
+                item = u.conjunct
+            items_out.append(item)
+        if padded:
+            s = s.copy()
+            s.set("expressions", items_out)
         # FROM in order: inner joins gather (their ON conditions join the pool); an outer join
         # takes everything before it as one input
-        nodes = [self.source(from_.this, scope)]
-        aliases = [from_.this.alias_or_name]
+        if from_ is None:  # SELECT without FROM reads the one-row relation
+            alias = self.fresh("__one")
+            nodes: list[A.Node] = [A.OneRow(self.nid(), alias)]
+            scope.sources[alias] = {}
+            aliases = [alias]
+        else:
+            nodes = [self.source(from_.this, scope)]
+            aliases = [from_.this.alias_or_name]
         inner_on: list[exp.Expr] = []
         for j in joins:
             side = (j.side or "").upper()
@@ -409,6 +429,18 @@ class _Converter:
         node = self.join_tree(nodes, aliases, plain, scope)
         for c in subqueries:
             node = self.subquery_predicate(node, c, scope)
+        late = []
+        for u in padded:
+            for src in u.sources:
+                right = self.source(src, scope)
+                on = [j for j in u.joins if j.find(exp.Column) is not None and any(
+                    col.table == src.alias_or_name for col in j.find_all(exp.Column))]
+                pred = A.conjoin([self.translate(j, scope)[0] for j in on])
+                node = A.OuterJoin(self.nid(), node, right, pred)
+            if not isinstance(u.conjunct, exp.Boolean):
+                late.append(self.translate(u.conjunct, scope)[0])
+        if late:
+            node = A.Select(self.nid(), node, A.conjoin(late))  # type: ignore[arg-type]
         return self.select_list(s, node, scope)
 
     def owner(self, scope: _Scope) -> dict[str, str]:

@@ -64,16 +64,25 @@ def inline_constants(tree: exp.Expr) -> exp.Expr:
     """``(SELECT <constant>)`` — a subquery with no FROM, WHERE or aggregate, one column of
     literals — as its value (DBToaster's ``(SELECT 3)``)."""
 
-    def sub(n: exp.Expr) -> exp.Expr:
-        if not isinstance(n, exp.Subquery) or isinstance(n.parent, exp.From | exp.Join):
-            return n
-        q = n.this
+    def constant(q: exp.Expr) -> exp.Expr | None:
         if (isinstance(q, exp.Select) and not (q.args.get("from_") or q.args.get("from"))
                 and len(q.expressions) == 1 and not any(
                     q.args.get(a) for a in ("where", "group", "having", "distinct", "limit"))
                 and not q.expressions[0].find(exp.Column, exp.AggFunc, exp.Query)):
             return exp.paren(q.expressions[0].unalias().copy())
-        return n
+        return None
+
+    def sub(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.In) and n.args.get("query") is not None:
+            q = n.args["query"]
+            v = constant(q.this if isinstance(q, exp.Subquery) else q)
+            return exp.EQ(this=n.this.copy(), expression=v) if v is not None else n
+        if not isinstance(n, exp.Subquery) or isinstance(n.parent, exp.From | exp.Join):
+            return n
+        v = constant(n.this)
+        if v is None or isinstance(n.parent, exp.Exists | exp.Any | exp.All):
+            return n
+        return v
 
     return tree.transform(sub)
 
@@ -100,6 +109,11 @@ def quantified(conjunct: exp.Expr, fresh: Callable[[str], str]) -> exp.Expr | No
         return None  # x = ANY (ARRAY[…]) is a plain predicate
     is_all = isinstance(quant, exp.All)
     x = inner.this
+    if (isinstance(sub, exp.Select) and sub.find(exp.AggFunc) and not sub.args.get("group")
+            and not sub.args.get("having") and len(sub.expressions) == 1):
+        # a one-row aggregate: x op ALL/ANY {v} is x op v (NULL when v is)
+        cmp1: exp.Expr = type(inner)(this=x.copy(), expression=exp.Subquery(this=sub.copy()))
+        return exp.not_(cmp1) if negated else cmp1
 
     def compare(y: exp.Expr) -> exp.Expr:
         return type(inner)(this=exp.paren(x.copy()), expression=exp.paren(y))
@@ -164,27 +178,46 @@ def _ancestors(n: exp.Expr, stop: exp.Expr | None = None) -> list[exp.Expr]:
 
 @dataclass(frozen=True)
 class Unnested:
-    """A conjunct with its scalar subqueries replaced by columns of derived tables."""
+    """An expression with its scalar subqueries replaced by columns of derived tables."""
 
     conjunct: exp.Expr
     sources: tuple[exp.Subquery, ...]  # the derived tables (aliased), to join in
     joins: tuple[exp.Expr, ...]  # correlation equalities between them and the outer sources
+    padded: bool = False  # join the sources LEFT (the expression reads a missing row right)
 
 
-def scalar(conjunct: exp.Expr, outer_own: set[str], fresh: Callable[[str], str]) -> Unnested:
+def scalar(conjunct: exp.Expr, outer_own: set[str], fresh: Callable[[str], str],
+           padded: bool = False) -> Unnested:
     """Unnest every scalar subquery of ``conjunct`` (a WHERE or HAVING conjunct of the query
-    whose own sources are ``outer_own``)."""
+    whose own sources are ``outer_own``).
+
+    Joined as an inner join where a missing subquery row and a NULL value both reject the row
+    (a strict conjunct over a value NULL over no rows); otherwise, or when ``padded`` (a SELECT
+    item), joined LEFT, the expression reading the value the subquery has over no rows where
+    no row joins (``COUNT`` 0, ``SUM`` NULL, …)."""
     conjunct = conjunct.copy()
+    subs = scalar_subqueries(conjunct)
+    if not padded:
+        try:
+            for sq in subs:
+                _check_strict(sq, conjunct)
+                _check_null_on_empty(sq.this)
+        except UnsupportedSQL:
+            padded = True
     sources: list[exp.Subquery] = []
     joins: list[exp.Expr] = []
-    for sq in scalar_subqueries(conjunct):
-        _check_strict(sq, conjunct)
+    for sq in subs:
         alias = fresh("__scalar")
-        derived, corr = _grouped(sq.this, alias, outer_own)
+        derived, corr, empty = _grouped(sq.this, alias, outer_own)
         sources.append(derived)
         joins += corr
-        sq.replace(exp.column("__v", table=alias))
-    return Unnested(conjunct, tuple(sources), tuple(joins))
+        value: exp.Expr = exp.column("__v", table=alias)
+        if padded:
+            value = exp.Case(ifs=[exp.If(this=exp.Is(this=exp.column("__p", table=alias),
+                                                      expression=exp.null()), true=empty)],
+                             default=value)
+        sq.replace(value)
+    return Unnested(conjunct, tuple(sources), tuple(joins), padded)
 
 
 def _check_strict(sq: exp.Subquery, conjunct: exp.Expr) -> None:
@@ -201,10 +234,35 @@ def _check_strict(sq: exp.Subquery, conjunct: exp.Expr) -> None:
         node = parent
 
 
+def _check_null_on_empty(sub: exp.Expr) -> None:
+    """The subquery's value is NULL over no rows: arithmetic over SUM, AVG, MIN, MAX."""
+    if not isinstance(sub, exp.Select) or len(sub.expressions) != 1:
+        return  # refused, by name, where it is unnested
+    value = sub.expressions[0].unalias()
+    for n in value.walk(prune=lambda n: isinstance(n, exp.AggFunc | exp.Column | exp.DataType)):
+        if isinstance(n, exp.AggFunc) and not isinstance(n, NULL_ON_EMPTY_AGGS):
+            raise UnsupportedSQL(f"scalar subquery with {n.key.upper()}", "not NULL over no rows")
+        if not isinstance(n, STRICT + NULL_ON_EMPTY_AGGS + (exp.Column, exp.Literal,
+                                                           exp.DataType)):
+            raise UnsupportedSQL(f"scalar subquery over {n.key.upper()}", "not strict")
+
+
+def empty_value(value: exp.Expr) -> exp.Expr:
+    """An aggregate expression's value over no rows: COUNT 0, every other aggregate NULL."""
+    def sub(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Count):
+            return exp.Literal.number(0)
+        if isinstance(n, exp.AggFunc):
+            return exp.null()
+        return n
+
+    return exp.paren(value.copy().transform(sub))
+
+
 def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
-             ) -> tuple[exp.Subquery, list[exp.Expr]]:
+             ) -> tuple[exp.Subquery, list[exp.Expr], exp.Expr]:
     """The scalar subquery ``sub`` as a derived table grouped by its correlation columns,
-    and the equalities joining it to the outer query."""
+    the equalities joining it to the outer query, and its value over no rows."""
     if isinstance(sub, exp.Select) and not (sub.args.get("from_") or sub.args.get("from")):
         raise UnsupportedSQL("scalar subquery without FROM",
                              "a constant subquery should be inlined by the caller")
@@ -222,21 +280,9 @@ def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
         raise UnsupportedSQL("scalar subquery without an aggregate",
                              "a non-aggregate scalar subquery may return several rows; "
                              "join its table instead")
-    for n in value.walk(prune=lambda n: isinstance(n, exp.AggFunc | exp.Column | exp.DataType)):
-        if isinstance(n, exp.Count):
-            raise UnsupportedSQL("scalar subquery with COUNT",
-                                 "COUNT is 0, not NULL, over no rows; compare against a "
-                                 "joined grouped count instead")
-        if isinstance(n, exp.AggFunc) and not isinstance(n, NULL_ON_EMPTY_AGGS):
-            raise UnsupportedSQL(f"scalar subquery with {n.key.upper()}", "not maintained")
-        if isinstance(n, exp.AggFunc) and isinstance(n.this, exp.Distinct):
+    for n in value.find_all(exp.AggFunc):
+        if isinstance(n.this, exp.Distinct):
             raise UnsupportedSQL("DISTINCT aggregate in a scalar subquery", "not maintained")
-        if not isinstance(n, STRICT + NULL_ON_EMPTY_AGGS + (exp.Column, exp.Literal,
-                                                           exp.DataType)):
-            raise UnsupportedSQL(
-                f"scalar subquery over {n.key.upper()}",
-                "the subquery's value must be NULL over no rows (arithmetic over SUM, AVG, "
-                "MIN, MAX)")
     if outer_columns(value, own_aliases(sub)):
         raise UnsupportedSQL("correlated aggregate argument",
                              "the aggregate of a scalar subquery reads only its own tables")
@@ -264,7 +310,8 @@ def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
     body.set("where", None)
     if local:
         body = body.where(exp.and_(*[x.copy() for x in local]), copy=False)
-    items: list[exp.Expr] = [exp.alias_(value.copy(), "__v")]
+    items: list[exp.Expr] = [exp.alias_(value.copy(), "__v"),
+                             exp.alias_(exp.Literal.number(1), "__p")]
     items += [exp.alias_(k.copy(), f"__k{i}") for i, (k, _) in enumerate(keys, 1)]
     body.set("expressions", items)
     if keys:
@@ -273,7 +320,7 @@ def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
     joins: list[exp.Expr] = [
         exp.EQ(this=exp.column(f"__k{i}", table=alias), expression=o.copy())
         for i, (_, o) in enumerate(keys, 1)]
-    return derived, joins
+    return derived, joins, empty_value(value)
 
 
 def _conjuncts(e: exp.Expr | None) -> list[exp.Expr]:

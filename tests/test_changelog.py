@@ -193,7 +193,8 @@ T_RAND = Table(
 
 
 def _random_statement(rng: random.Random, conn: psycopg.Connection, base: sql.Composable) -> None:
-    existing = conn.execute(sql.SQL("SELECT k1, k2 FROM {}").format(base)).fetchall()
+    # ordered: a random choice among them must not depend on the rows' physical order
+    existing = conn.execute(sql.SQL("SELECT k1, k2 FROM {} ORDER BY 1, 2").format(base)).fetchall()
     keys = set(existing)
 
     def val_a() -> int | None:

@@ -525,6 +525,29 @@ VIEWS: tuple[ViewDef, ...] = (
         ("ALL (correlated)", "ANY over a nullable column", "NOT … ANY"),
     ),
     ViewDef(
+        "setops_scalar_padded",
+        "setops",
+        """
+        SELECT r.a, (SELECT count(*) FROM s WHERE s.y = r.b) AS n_s,
+               r.b + (SELECT sum(s.z) FROM s) AS b_plus
+        FROM r
+        WHERE r.c < (SELECT count(s.z) FROM s WHERE s.y = r.b) OR r.c IS NULL
+          AND r.b IN (SELECT 4)
+        """,
+        ("scalar subqueries in SELECT (COUNT over no rows is 0)", "scalar subquery under OR",
+         "IN (constant)"),
+    ),
+    ViewDef(
+        "setops_without_from",
+        "setops",
+        """
+        SELECT 1 AS one, (SELECT max(r.b) FROM r) AS top, (SELECT count(*) FROM s) AS n_s,
+               (SELECT sum(r.c) FROM r WHERE r.b = 2) AS sum_c
+        WHERE 5 IN (SELECT r.b FROM r) AND 2 > ALL (SELECT min(s.y) FROM s)
+        """,
+        ("SELECT without FROM", "ALL over an aggregate"),
+    ),
+    ViewDef(
         "setops_global_filtered",
         "setops",
         "SELECT count(*) AS n, sum(c) AS sum_c, max(b) AS max_b, count(c) AS n_c "

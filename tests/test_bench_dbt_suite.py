@@ -1,0 +1,48 @@
+"""``idivm bench dbt-suite`` on a miniature of DBToaster's query tree: declarations read
+(INCLUDE, comments, FROM FILE clauses), keys added, refusals checked against PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from idivm.bench import dbt_suite
+
+
+def _tree(root: Path) -> None:
+    q = root / "test" / "queries"
+    (q / "simple").mkdir(parents=True)
+    (q / "finance").mkdir()
+    (q / "simple" / "schema.sql").write_text(
+        "CREATE STREAM R(A int, B int)\n  FROM FILE 'r.dat' LINE DELIMITED CSV ();\n")
+    (q / "simple" / "two.sql").write_text(
+        "/* it's a comment; with a quote */\nINCLUDE 'test/queries/simple/schema.sql';\n"
+        "-- a comment\nSELECT r.A, SUM(r.B) FROM R r GROUP BY r.A;\n"
+        "SELECT * FROM R r1, R r2 WHERE r1.A = r2.B;\n"
+        "SELECT LISTMAX(r.A, 1) AS m FROM R r WHERE r.B > ALL (SELECT q.A FROM R q);\n")
+    (q / "finance" / "vwap.sql").write_text(
+        "CREATE STREAM bids(t FLOAT, id INT, broker_id INT, volume FLOAT, price FLOAT)\n"
+        "  FROM FILE 'f.csv' LINE DELIMITED orderbook (book := 'bids');\n"
+        "SELECT SUM(b1.price * b1.volume) AS vwap FROM bids b1 WHERE 0.25 * "
+        "(SELECT SUM(b3.volume) FROM bids b3) > (SELECT SUM(b2.volume) FROM bids b2 "
+        "WHERE b2.price > b1.price);\n")
+
+
+def test_suite_counts_and_legitimate_refusals(pg_dsn: str, tmp_path: Path) -> None:
+    _tree(tmp_path)
+    [f] = [f for f in dbt_suite.load(tmp_path) if f.name == "two"]
+    assert "PRIMARY KEY (a, b)" in f.ddl and len(f.queries) == 3
+    [v] = dbt_suite.load(tmp_path, ("finance",))
+    assert "PRIMARY KEY (id)" in v.ddl and "double precision" in v.ddl
+    summary = dbt_suite.run(tmp_path, pg_dsn, tmp_path / "out", Console(file=None, width=120,
+                                                                         quiet=True))
+    assert summary["queries"] == 4  # schema.sql only declares
+    by = {r["query"]: r for r in json.loads(
+        (tmp_path / "out" / "dbt_suite.json").read_text())["queries"]}
+    assert by["two#1"]["status"] == "accepted"
+    assert by["two#2"]["status"] == "refused: not a view (duplicate output columns)"
+    assert by["two#3"]["status"] == "refused: PostgreSQL rejects it"  # no LISTMAX there
+    assert by["vwap"]["status"] == "refused"
+    assert "non-equality correlation" in by["vwap"]["construct"]

@@ -202,7 +202,8 @@ def cmd_bench_dbt_suite(args: argparse.Namespace) -> int:
     root = Path(args.queries)
     if not (root / "test" / "queries").is_dir():
         raise IdivmError(f"{root} is not a dbtoaster-a5 checkout (no test/queries in it)")
-    dbt_suite.run(root, args.dsn, Path(args.out))
+    summary = dbt_suite.run(root, args.dsn, Path(args.out), verify_accepted=args.verify)
+    return 1 if summary["verified"].get("no") else 0
     return 0
 
 
@@ -564,6 +565,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench_out/dbt_suite", help="directory of the JSON")
     b.add_argument("--dsn", default=_default_dsn(),
                    help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
+    b.add_argument("--verify", action="store_true",
+                   help="maintain every accepted query on PostgreSQL over random changes and "
+                   "compare it with its recomputation")
     b.set_defaults(func=cmd_bench_dbt_suite)
     b = bench.add_parser("spark", help="parts/devices (paper §7.2): maintain vs recompute on "
                          "Spark")

@@ -337,6 +337,9 @@ class _Converter:
 
         def sub(n: exp.Expr) -> exp.Expr:
             nonlocal correlated
+            if isinstance(n, exp.Query):
+                raise UnsupportedSQL("subquery in this position", f"{e.sql('postgres')[:80]}: "
+                                     "not maintained")
             if isinstance(n, exp.Column) and n.table:
                 name, outer = scope.resolve(n.table, n.name)
                 correlated = correlated or outer
@@ -361,7 +364,7 @@ class _Converter:
         scalars: list[exp.Expr] = []
         padded: list[unnest.Unnested] = []  # joined LEFT after the rest, read above
         for i, c in enumerate(list(pool)):
-            if self.is_subquery_predicate(c) or not unnest.scalar_subqueries(c):
+            if not unnest.scalar_subqueries(c):  # (an IN probe may be one)
                 continue
             u = unnest.scalar(c, own, self.fresh)
             if u.padded:

@@ -161,8 +161,9 @@ def scalar_subqueries(e: exp.Expr) -> list[exp.Subquery]:
         if isinstance(parent, exp.Exists | exp.Any | exp.All) or (
                 isinstance(parent, exp.In) and parent.args.get("query") is sq):
             continue
-        if any(isinstance(a, exp.Subquery) for a in _ancestors(sq, stop=e)):
-            continue
+        if isinstance(parent, exp.From | exp.Join) or any(
+                isinstance(a, exp.Subquery | exp.Query) for a in _ancestors(sq, stop=e)):
+            continue  # a derived table, or inside another query (its own scope unnests it)
         out.append(sq)
     return out
 
@@ -197,7 +198,13 @@ def scalar(conjunct: exp.Expr, outer_own: set[str], fresh: Callable[[str], str],
     no row joins (``COUNT`` 0, ``SUM`` NULL, …)."""
     conjunct = conjunct.copy()
     subs = scalar_subqueries(conjunct)
-    if not padded:
+    grouped = []
+    for sq in subs:
+        alias = fresh("__scalar")
+        grouped.append((sq, alias, *_grouped(sq.this, alias, outer_own)))
+    if not any(corr for _, _, _, corr, _ in grouped):
+        padded = False  # uncorrelated: a global γ, always exactly one row with the true value
+    elif not padded:
         try:
             for sq in subs:
                 _check_strict(sq, conjunct)
@@ -206,13 +213,11 @@ def scalar(conjunct: exp.Expr, outer_own: set[str], fresh: Callable[[str], str],
             padded = True
     sources: list[exp.Subquery] = []
     joins: list[exp.Expr] = []
-    for sq in subs:
-        alias = fresh("__scalar")
-        derived, corr, empty = _grouped(sq.this, alias, outer_own)
+    for sq, alias, derived, corr, empty in grouped:
         sources.append(derived)
         joins += corr
         value: exp.Expr = exp.column("__v", table=alias)
-        if padded:
+        if padded and corr:
             value = exp.Case(ifs=[exp.If(this=exp.Is(this=exp.column("__p", table=alias),
                                                       expression=exp.null()), true=empty)],
                              default=value)
@@ -225,7 +230,8 @@ def _check_strict(sq: exp.Subquery, conjunct: exp.Expr) -> None:
     while node is not conjunct:
         parent = node.parent
         assert parent is not None
-        if not isinstance(parent, STRICT):
+        if not isinstance(parent, STRICT) and not (isinstance(parent, exp.In)
+                                                   and parent.this is node):
             raise UnsupportedSQL(
                 "scalar subquery under " + parent.key.upper(),
                 "a scalar subquery is maintained as a compared value (comparisons and "

@@ -43,6 +43,17 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
             lineage[k] = ci.lineage.get(a.arg, frozenset()) if a.arg else frozenset()
             nullable[k] = True
             types[k] = None
+        # where the result type is plain (a typed NULL for it is needed where a ∪ pads it)
+        arg_ty = (ci.types.get(a.arg) or "").upper() if a.arg else ""
+        for k in a.state:
+            if k.startswith("__nn_"):
+                types[k] = "BIGINT"
+        if a.func in ("count", "count_star"):
+            types[a.name] = "BIGINT"
+        elif a.func in ("min", "max") and arg_ty:
+            types[a.name] = arg_ty
+        elif a.func == "sum" and arg_ty in ("INT", "INTEGER", "SMALLINT", "INT4", "INT2"):
+            types[a.name] = "BIGINT"
     for k in ("__g", A.COUNT):
         lineage[k], nullable[k], types[k] = frozenset(), False, "BIGINT"
     return node, NodeInfo(
@@ -69,7 +80,7 @@ def signed_rows(node: A.Aggregate, src: exp.Expr, sign: int,
     """Rows of ``src`` as (group columns, ``__sign``, aggregated arguments)."""
     items: list[tuple[str, exp.Expr]] = [(g, value(g)) for g in node.group_by]
     items += [("__sign", exp.Literal.number(sign))]
-    items += [(x, value(x)) for x in aggregated_args(node)]
+    items += [(x, value(x)) for x in aggregated_args(node) if x not in node.group_by]
     return select(items, src)
 
 

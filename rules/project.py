@@ -101,7 +101,12 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     s, nid = d.schema, node.nid
     ci = ctx.info(node.child.nid)
     m = out_map(node, ci)
-    ids = tuple(m[x] for x in s.ids)
+    # IDs equal by an equivalence map to one output column: name each once
+    named = {m[x]: x for x in reversed(s.ids)}
+    ids = tuple(dict.fromkeys(m[x] for x in s.ids))
+    # ...and a row of the i-diff where they differ names no row of the output
+    same = A.conjoin([exp.EQ(this=c(x, "i"), expression=c(named[m[x]], "i"))
+                      for x in s.ids if named[m[x]] != x])
     id_outputs = set(ids)
     if s.kind == "ins":
         vals = ctx.post_values(d, "i")
@@ -110,10 +115,10 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     pre_vals = ctx.pre_values(d, "i")
     pre = [(n, e) for n, e in node.exprs
            if n not in id_outputs and ctx.bind(e, pre_vals) is not None]
-    items: list[tuple[str, exp.Expr]] = [(n, c(x, "i")) for x, n in zip(s.ids, ids, strict=True)]
+    items: list[tuple[str, exp.Expr]] = [(n, c(named[n], "i")) for n in ids]
     items += [(pre_name(n), _bound(ctx, e, pre_vals)) for n, e in pre]
     if s.kind == "del":
-        q = select(items, ctx.rel(d, "i"))
+        q = select(items, ctx.rel(d, "i"), same)
         return [ctx.emit("del", nid, ids, q, "Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-", [d],
                          [n for n, _ in pre])]
     changed = [(n, e) for n, e in node.exprs
@@ -123,13 +128,14 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     post_vals = ctx.post_values(d, "i")
     if all(ctx.bind(e, post_vals) is not None for _, e in changed):
         items += [(post_name(n), _bound(ctx, e, post_vals)) for n, e in changed]
-        q = select(items, ctx.rel(d, "i"))
+        q = select(items, ctx.rel(d, "i"), same)
         return [ctx.emit("upd", nid, ids, q, "Table 8 π: Δu → π_{D', f(X)} Δu", [d],
                          [n for n, _ in pre], [n for n, _ in changed])]
     # f needs attributes the i-diff lacks: read them from Input_post, by the input's full IDs
-    full = tuple(m[x] for x in ci.ids)
+    fnamed = {m[x]: x for x in reversed(ci.ids)}
+    full = tuple(dict.fromkeys(m[x] for x in ci.ids))
     fvals: dict[str, exp.Expr | None] = {k: c(k, "f") for k in ctx.cols(node.child.nid)}
-    items = [(n, c(x, "f")) for x, n in zip(ci.ids, full, strict=True)]
+    items = [(n, c(fnamed[n], "f")) for n in full]
     items += [(post_name(n), _bound(ctx, e, fvals)) for n, e in changed if n not in full]
     q = select(items, ctx.fetch("post", node.child.nid, d, "f"))
     return [ctx.emit("upd", nid, full, q, "Table 8 π: Δu → π_{D', f(X)}(Input_post ⋉_I Δu)",

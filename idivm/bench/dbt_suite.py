@@ -13,10 +13,12 @@ view (duplicate output column names).
 from __future__ import annotations
 
 import json
+import random
 import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +140,94 @@ class _Rollback(Exception):
     pass
 
 
-def run(root: Path, dsn: str, out: Path, console: Console | None = None) -> dict[str, Any]:
+def _value(rng: random.Random, ty: str) -> Any:
+    t = ty.lower()
+    if "char" in t or t == "text":
+        v = rng.choice(["a", "b", "Brand#23", "MED BOX", "forest green"])
+        n = re.search(r"\((\d+)\)", t)
+        return v[:int(n.group(1))] if n else v
+    if t == "date":
+        return rng.choice(["1994-01-01", "1995-06-17", "1996-01-02", "1997-12-31"])
+    if t.startswith(("decimal", "numeric", "double", "float")):
+        return rng.choice([0.5, 1, 2, 3.25, 5])
+    return rng.randint(1, 5)  # (no 0: the suite divides by columns)
+
+
+def verify(conn: psycopg.Connection[Any], dsn: str, f: SuiteFile, query: str, seed: int,
+           rounds: int = 3) -> str | None:
+    """Maintain ``query`` as a view over random rows through ``rounds`` rounds of random
+    inserts, updates and deletes; None when it equals its recomputation after each, else
+    what differed."""
+    from idivm.postgres import PostgresMaintainer
+
+    rng = random.Random(seed)
+    schema = f"idivm_dbt_{uuid.uuid4().hex[:8]}"
+    catalog = idivm.Catalog.from_ddl(f.ddl)
+    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+        for stmt in f.ddl.split(";\n"):
+            conn.execute(stmt.encode())
+
+        def insert(t: idivm.Table, n: int) -> None:
+            cols = sql.SQL(", ").join(map(sql.Identifier, t.column_names))
+            marks = sql.SQL(", ").join(sql.Placeholder() * len(t.columns))
+            for _ in range(n):
+                conn.execute(sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING")
+                             .format(sql.Identifier(t.name), cols, marks),
+                             [_value(rng, c.type) for c in t.columns])
+
+        def change(t: idivm.Table, what: str) -> None:
+            """Delete a random row, or set a random column of one (a key collision is
+            skipped)."""
+            name = sql.Identifier(t.name)
+            rows = [r[0] for r in conn.execute(sql.SQL("SELECT ctid::text FROM {} ORDER BY "
+                                                       "ctid").format(name)).fetchall()]
+            if not rows:
+                return
+            ctid = rng.choice(rows)
+            if what == "delete":
+                conn.execute(sql.SQL("DELETE FROM {} WHERE ctid = %s::tid").format(name),
+                             [ctid])
+                return
+            col = rng.choice(t.columns)
+            try:
+                with conn.transaction():
+                    conn.execute(sql.SQL("UPDATE {} SET {} = %s WHERE ctid = %s::tid").format(
+                        name, sql.Identifier(col.name)), [_value(rng, col.type), ctid])
+            except psycopg.errors.UniqueViolation:
+                pass
+
+        for t in catalog.tables.values():
+            insert(t, 12)
+        with PostgresMaintainer(dsn, schema=schema) as m:
+            m.create_view("v", query)
+            for r in range(rounds):
+                for t in catalog.tables.values():
+                    insert(t, 3)
+                    for what in ("delete", "delete", "update", "update"):
+                        change(t, what)
+                m.maintain("v")
+                got = Counter(map(_norm, conn.execute("SELECT * FROM v").fetchall()))
+                want = Counter(map(_norm, conn.execute(b"SELECT * FROM (" + query.encode() +
+                                                       b") q").fetchall()))
+                if got != want:
+                    return f"round {r}: {sum((got - want).values())} extra, " \
+                           f"{sum((want - got).values())} missing rows"
+        return None
+    finally:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+            sql.Identifier(schema)))
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+            sql.Identifier(f"{schema}__idivm")))
+
+
+def _norm(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(round(float(v), 6) if isinstance(v, float | Decimal) else v for v in row)
+
+
+def run(root: Path, dsn: str, out: Path, console: Console | None = None,
+        verify_accepted: bool = False) -> dict[str, Any]:
     c = console or Console()
     files = load(root)
     results: list[dict[str, Any]] = []
@@ -161,17 +250,25 @@ def run(root: Path, dsn: str, out: Path, console: Console | None = None) -> dict
                 if pg is not None:  # DBToaster's dialect, not SQL PostgreSQL runs
                     r["planner"], r["status"], r["postgres"] = (
                         r["status"], "refused: PostgreSQL rejects it", pg)
+                if verify_accepted and r["status"] == "accepted":
+                    try:
+                        r["verified"] = verify(conn, dsn, f, q, seed=len(results)) or "yes"
+                    except IdivmError as e:
+                        r["verified"] = f"error: {e}"
                 results.append(r)
     counts = Counter(r["status"] for r in results)
     by_group = {g: Counter(r["status"] for r in results if r["group"] == g) for g in GROUPS}
     constructs = Counter(r.get("construct", "") for r in results if r["status"] == "refused")
     total = len(results)
+    verified = Counter("yes" if r.get("verified") == "yes" else "no" for r in results
+                       if "verified" in r)
     legit = sum(n for s, n in counts.items() if s.startswith("refused:"))
     summary = {"queries": total, "accepted": counts["accepted"],
                "accepted_share": counts["accepted"] / total if total else 0.0,
                "accepted_or_legitimately_refused": counts["accepted"] + legit,
                "by_status": dict(counts), "by_group": {g: dict(v) for g, v in by_group.items()},
-               "refused_constructs": dict(constructs.most_common())}
+               "refused_constructs": dict(constructs.most_common()),
+               "verified": dict(verified)}
     t = RichTable(title="DBToaster query suite (tpch, finance, simple; keys added)")
     for col in ("group", "queries", "accepted", "refused: PostgreSQL rejects / not a view",
                 "refused", "error"):
@@ -186,6 +283,12 @@ def run(root: Path, dsn: str, out: Path, console: Console | None = None) -> dict
             f"with the legitimate refusals {counts['accepted'] + legit} of {total}")
     for k, n in constructs.most_common():
         c.print(f"  refused {n}: {k}")
+    if verify_accepted:
+        c.print(f"maintained = recomputed over random changes: {verified['yes']} of "
+                f"{sum(verified.values())} accepted")
+        for r in results:
+            if r.get("verified") not in (None, "yes"):
+                c.print(f"  [red]{r['group']}/{r['query']}: {r['verified']}[/red]")
     out.mkdir(parents=True, exist_ok=True)
     (out / "dbt_suite.json").write_text(json.dumps({"summary": summary, "queries": results},
                                                    indent=2, default=str))

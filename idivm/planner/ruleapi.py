@@ -90,7 +90,7 @@ def minimize_key(cands: Sequence[str], fds: Iterable[tuple[frozenset[str], froze
     key = list(dict.fromkeys(cands))
     for c in reversed(list(key)):
         rest = [k for k in key if k != c]
-        if c in closure(rest, fds, equiv):
+        if rest and c in closure(rest, fds, equiv):
             key = rest
     return tuple(key)
 

@@ -406,8 +406,9 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             f"maintained incrementally', {lit(schema)}, {lit(t)}, {lit(name)}\n"
             f"    USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
             f"create it again, which recomputes it';\nEND IF;")
-    body.append(f"SELECT watermark INTO {PREV} FROM {q(companion)}.log_users "
-                f"WHERE view = {lit(name)} AND tbl = {lit(base[0])};")
+    if base:  # (a view over no table — SELECT 1 WHERE … — never changes)
+        body.append(f"SELECT watermark INTO {PREV} FROM {q(companion)}.log_users "
+                    f"WHERE view = {lit(name)} AND tbl = {lit(base[0])};")
 
     # fold the pending log of every table into its change table (one probe when nothing waits)
     prev = exp.column(PREV)
@@ -501,13 +502,14 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 query.set("with_", w)
             create_temps.append(f"CREATE TEMP TABLE {q(s.name)} AS "
                                 f"{query.sql('postgres')} WITH NO DATA;")
-    first = rels[names[change_table(base[0])]].name
-    # analyzed empty: never-analyzed tables are planned as 10 pages (~850 rows), which turns
-    # the probes of an empty i-diff into whole scans of the stored relations
-    create_temps.append(f"ANALYZE {', '.join(q(r.name) for r in rels.values())};")
-    # after the isolation and fingerprint checks: the tables' queries read the base tables
-    body.insert(1 + len(base), f"IF to_regclass({lit('pg_temp.' + q(first))}) IS NULL THEN\n"
-                   f"{_indent(chr(10).join(create_temps), 2)}\nEND IF;")
+    if base:  # (a view over no table has no change table, nothing to fold or apply)
+        first = rels[names[change_table(base[0])]].name
+        # analyzed empty: never-analyzed tables are planned as 10 pages (~850 rows), which
+        # turns the probes of an empty i-diff into whole scans of the stored relations
+        create_temps.append(f"ANALYZE {', '.join(q(r.name) for r in rels.values())};")
+        # after the isolation and fingerprint checks: the tables' queries read the base tables
+        body.insert(1 + len(base), f"IF to_regclass({lit('pg_temp.' + q(first))}) IS NULL "
+                    f"THEN\n{_indent(chr(10).join(create_temps), 2)}\nEND IF;")
 
     # temporary tables are not vacuumed: a DELETE's space is reused once the pages are pruned,
     # and a table grown past 8 MB by a large batch is truncated
@@ -589,6 +591,7 @@ def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
     branches = []
     for v in views:
         tables = ", ".join(f"{q(schema)}.{q(t)}" for t in v.tables)
+        lock = f"LOCK TABLE {tables} IN ACCESS SHARE MODE;" if v.tables else "NULL;"
         branches.append(f"""IF view = {lit(v.name)} THEN
   k := hashtext({lit(companion + '.' + v.name)});
   -- maintains of one view run one at a time: a second waits here, before its snapshot
@@ -598,7 +601,7 @@ def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
   BEGIN
     -- before the snapshot: a TRUNCATE (not MVCC-safe) or a table rewrite waits for this
     -- maintain, or commits before its snapshot and is seen whole; ordinary writers go on
-    LOCK TABLE {tables} IN ACCESS SHARE MODE;
+    {lock}
     stats := {comp}.{q(v.function)}();
   EXCEPTION WHEN OTHERS OR query_canceled THEN
     PERFORM pg_advisory_unlock({LOCK_CLASS}, k);

@@ -221,7 +221,8 @@ class PostgresMaintainer:
                      ";\n".join(read.ddl()), list(p.tables), [m.name for m in p.materialized],
                      compiled.function, compiled.prune_function, compile_.FORMAT_VERSION,
                      json.dumps(fingerprints)))
-                changelog.advance(self.conn, self.schema, name)
+                if p.tables:  # a view over no table consumes no log
+                    changelog.advance(self.conn, self.schema, name)
         except (psycopg.Error, IdivmError) as e:
             self._uninstall(name, p.tables)
             if isinstance(e, IdivmError):

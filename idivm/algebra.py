@@ -126,8 +126,8 @@ class Project(Node):
 
 
 @dataclass(frozen=True)
-class Join(Node):
-    """Inner θ-join ⋈_φ; ``predicate`` None is the cross product ×."""
+class _Pair(Node):
+    """Two inputs joined on φ, with the columns of both."""
 
     left: Node
     right: Node
@@ -140,6 +140,11 @@ class Join(Node):
     @property
     def children(self) -> tuple[Node, ...]:
         return (self.left, self.right)
+
+
+@dataclass(frozen=True)
+class Join(_Pair):
+    """Inner θ-join ⋈_φ; ``predicate`` None is the cross product ×."""
 
     @property
     def label(self) -> str:
@@ -149,24 +154,13 @@ class Join(Node):
 
 
 @dataclass(frozen=True)
-class OuterJoin(Node):
+class OuterJoin(_Pair):
     """Left outer join l ⟕_φ r (``full``: full outer join ⟗_φ): the inner join's rows, plus
     each row of l (and, when full, of r) that joins no row of the other side, padded with
     NULLs. A RIGHT JOIN is a left one with its inputs swapped (columns are named, not placed).
     """
 
-    left: Node
-    right: Node
-    predicate: exp.Expr | None
     full: bool = False
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.left.columns + self.right.columns
-
-    @property
-    def children(self) -> tuple[Node, ...]:
-        return (self.left, self.right)
 
     @property
     def label(self) -> str:

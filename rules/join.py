@@ -33,15 +33,24 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
     l_det = ri.ids and set(ri.ids) <= closure(node.left.columns, fds, equiv)
     r_det = li.ids and set(li.ids) <= closure(node.right.columns, fds, equiv)
     many_to_many = not (l_det or r_det)
-    return node, NodeInfo(
+    return node, combined(li, ri, equiv, {**li.nullable, **ri.nullable},
+                          li.multivalued or ri.multivalued or bool(many_to_many))
+
+
+def combined(li: NodeInfo, ri: NodeInfo, equiv: tuple[frozenset[str], ...],
+             nullable: dict[str, bool], multivalued: bool) -> NodeInfo:
+    """The annotations of a node with both inputs' columns: IDs ID(l) ∪ ID(r) (minimized
+    under both sides' FDs and ``equiv``), the rest merged."""
+    fds = li.fds + ri.fds
+    return NodeInfo(
         ids=minimize_key(li.ids + ri.ids, fds, equiv),
         scan_ids={**li.scan_ids, **ri.scan_ids},
         equiv=equiv,
         fds=fds,
         lineage={**li.lineage, **ri.lineage},
-        nullable={**li.nullable, **ri.nullable},
+        nullable=nullable,
         carry=tuple(dict.fromkeys(li.carry + ri.carry)),
-        multivalued=li.multivalued or ri.multivalued or bool(many_to_many),
+        multivalued=multivalued,
         types={**li.types, **ri.types},
     )
 

@@ -33,32 +33,22 @@ from idivm.planner.ruleapi import (
     RuleContext,
     and_all,
     c,
-    minimize_key,
     select,
     subquery,
 )
 from idivm.render import Flat, Renderer
 
+from .join import combined
+
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
     assert isinstance(node, A.OuterJoin)
     li, ri = infos
-    equiv = li.equiv + ri.equiv  # φ's equalities fail on padded rows
-    fds = li.fds + ri.fds
     padded = set(node.right.columns) | (set(node.left.columns) if node.full else set())
     nullable = {**li.nullable, **ri.nullable}
     nullable.update({k: True for k in padded})
-    return node, NodeInfo(
-        ids=minimize_key(li.ids + ri.ids, fds, equiv),
-        scan_ids={**li.scan_ids, **ri.scan_ids},
-        equiv=equiv,
-        fds=fds,
-        lineage={**li.lineage, **ri.lineage},
-        nullable=nullable,
-        carry=tuple(dict.fromkeys(li.carry + ri.carry)),
-        multivalued=True,
-        types={**li.types, **ri.types},
-    )
+    # φ's equalities are no equivalences: they fail on padded rows
+    return node, combined(li, ri, li.equiv + ri.equiv, nullable, True)
 
 
 def _preserved(node: A.OuterJoin) -> tuple[int, ...]:

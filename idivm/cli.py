@@ -601,7 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("fresh", help="fresh views (C++ triggers) on DBToaster's finance and "
                          "TPC-H streams: higher-order vs first-order vs re-evaluation")
     b.add_argument("queries", nargs="*", metavar="QUERY",
-                   help="Q3 Q11core SSB4 AXF BSP BSV (default: all)")
+                   help="Q3 Q11core SSB4 Q11 Q17 Q18 Q22 AXF BSP BSV PSP VWAP MST (default: "
+                   "all)")
     b.add_argument("--sf", type=float, default=0.1,
                    help="also replay TPC-H at this scale, generated with DuckDB (0 = only the "
                    "shipped streams; default: 0.1)")

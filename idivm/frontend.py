@@ -366,7 +366,7 @@ class _Converter:
         for i, c in enumerate(list(pool)):
             if not unnest.scalar_subqueries(c):  # (an IN probe may be one)
                 continue
-            u = unnest.scalar(c, own, self.fresh)
+            u = unnest.scalar(c, own, self.fresh, outer_sources=unnest.own_sources(s))
             if u.padded:
                 padded.append(u)
                 pool[i] = exp.true()
@@ -377,7 +377,8 @@ class _Converter:
         items_out = []
         for item in s.expressions:  # SELECT items: their subqueries' rows joined LEFT
             if unnest.scalar_subqueries(item):
-                u = unnest.scalar(item, own, self.fresh, padded=True)
+                u = unnest.scalar(item, own, self.fresh, padded=True,
+                                  outer_sources=unnest.own_sources(s))
                 padded.append(dataclasses.replace(u, conjunct=exp.true()))
                 item = u.conjunct
             items_out.append(item)

@@ -60,7 +60,7 @@ class Pipeline:
         if mode != "fresh":
             raise IdivmError(f"mode must be 'deferred' or 'fresh', not {mode!r}")
         fv = FreshView.compile(view_sql, self.catalog, **kw)
-        tables = tuple(t.name for t in fv.program.tables)
+        tables = tuple(t.name for t in fv.pipeline.base_tables)
         if self.postgres is not None:
             self._pg_register(name, fv, tables)
         else:

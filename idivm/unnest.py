@@ -21,7 +21,7 @@ rest by name (COUNT, which is 0 on no rows; a subquery under OR, CASE, COALESCE,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -45,6 +45,14 @@ def own_aliases(select: exp.Select) -> set[str]:
     items = ([from_.this] if from_ is not None else []) + [
         j.this for j in select.args.get("joins") or []]
     return {i.alias_or_name for i in items}
+
+
+def own_sources(select: exp.Select) -> dict[str, exp.Expr]:
+    """The FROM and JOIN items of a SELECT by alias (tables and derived tables)."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    items = ([from_.this] if from_ is not None else []) + [
+        j.this for j in select.args.get("joins") or []]
+    return {i.alias_or_name: i for i in items}
 
 
 def outer_columns(e: exp.Expr, own: set[str]) -> list[exp.Column]:
@@ -188,20 +196,22 @@ class Unnested:
 
 
 def scalar(conjunct: exp.Expr, outer_own: set[str], fresh: Callable[[str], str],
-           padded: bool = False) -> Unnested:
+           padded: bool = False,
+           outer_sources: Mapping[str, exp.Expr] | None = None) -> Unnested:
     """Unnest every scalar subquery of ``conjunct`` (a WHERE or HAVING conjunct of the query
     whose own sources are ``outer_own``).
 
     Joined as an inner join where a missing subquery row and a NULL value both reject the row
     (a strict conjunct over a value NULL over no rows); otherwise, or when ``padded`` (a SELECT
     item), joined LEFT, the expression reading the value the subquery has over no rows where
-    no row joins (``COUNT`` 0, ``SUM`` NULL, …)."""
+    no row joins (``COUNT`` 0, ``SUM`` NULL, …). ``outer_sources``: the outer query's FROM items
+    by alias, for correlations other than equalities (magic sets, see ``_grouped``)."""
     conjunct = conjunct.copy()
     subs = scalar_subqueries(conjunct)
     grouped = []
     for sq in subs:
         alias = fresh("__scalar")
-        grouped.append((sq, alias, *_grouped(sq.this, alias, outer_own)))
+        grouped.append((sq, alias, *_grouped(sq.this, alias, outer_own, outer_sources or {})))
     if not any(corr for _, _, _, corr, _ in grouped):
         padded = False  # uncorrelated: a global γ, always exactly one row with the true value
     elif not padded:
@@ -265,10 +275,15 @@ def empty_value(value: exp.Expr) -> exp.Expr:
     return exp.paren(value.copy().transform(sub))
 
 
-def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
-             ) -> tuple[exp.Subquery, list[exp.Expr], exp.Expr]:
+def _grouped(sub: exp.Expr, alias: str, outer_own: set[str],
+             sources: Mapping[str, exp.Expr]) -> tuple[exp.Subquery, list[exp.Expr], exp.Expr]:
     """The scalar subquery ``sub`` as a derived table grouped by its correlation columns,
-    the equalities joining it to the outer query, and its value over no rows."""
+    the equalities joining it to the outer query, and its value over no rows.
+
+    A correlation other than an equality (``b2.price > b1.price``) is decorrelated with a
+    magic set: the distinct values of the outer columns it reads (``SELECT DISTINCT price
+    FROM bids``) join the subquery's sources under that condition, the derived table is
+    grouped by them too, and it joins the outer query on equalities with them."""
     if isinstance(sub, exp.Select) and not (sub.args.get("from_") or sub.args.get("from")):
         raise UnsupportedSQL("scalar subquery without FROM",
                              "a constant subquery should be inlined by the caller")
@@ -295,6 +310,7 @@ def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
     own = own_aliases(sub)
     where = sub.args.get("where")
     local: list[exp.Expr] = []
+    theta: list[exp.Expr] = []  # correlations other than equalities
     keys: list[tuple[exp.Expr, exp.Expr]] = []  # (inner expression, outer expression)
     for c in _conjuncts(where.this if where is not None else None):
         refs = outer_columns(c, own)
@@ -303,9 +319,8 @@ def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
             continue
         pair = _correlation(c, own)
         if pair is None:
-            raise UnsupportedSQL(
-                "correlated scalar subquery with a non-equality correlation",
-                f"{c.sql('postgres')}: only inner = outer correlations are decorrelated")
+            theta.append(c)
+            continue
         for col in outer_columns(pair[1], set()):
             if col.table not in outer_own:
                 raise UnsupportedSQL("scalar subquery correlated two levels up",
@@ -314,6 +329,11 @@ def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
         keys.append(pair)
     body = sub.copy()
     body.set("where", None)
+    if theta:
+        magic, outer_keys = _magic_set(theta, own, alias, sources)
+        body = body.join(magic, join_type="cross", copy=False)
+        local += theta
+        keys += outer_keys
     if local:
         body = body.where(exp.and_(*[x.copy() for x in local]), copy=False)
     items: list[exp.Expr] = [exp.alias_(value.copy(), "__v"),
@@ -327,6 +347,37 @@ def _grouped(sub: exp.Expr, alias: str, outer_own: set[str]
         exp.EQ(this=exp.column(f"__k{i}", table=alias), expression=o.copy())
         for i, (_, o) in enumerate(keys, 1)]
     return derived, joins, empty_value(value)
+
+
+def _magic_set(theta: list[exp.Expr], own: set[str], alias: str,
+               sources: Mapping[str, exp.Expr]) -> tuple[exp.Subquery,
+                                                         list[tuple[exp.Expr, exp.Expr]]]:
+    """The distinct values of the outer columns ``theta`` reads, from the one outer source
+    they belong to, as a derived table; ``theta`` is rewritten in place to read it. Returns
+    the table and the (magic column, outer column) correlation pairs."""
+    cols: dict[tuple[str, str], str] = {}
+    for c in theta:
+        for col in outer_columns(c, own):
+            cols.setdefault((col.table, col.name), f"__m{len(cols) + 1}")
+    tables = {t for t, _ in cols}
+    what = " AND ".join(c.sql("postgres") for c in theta)
+    if len(tables) != 1 or next(iter(tables)) not in sources:
+        raise UnsupportedSQL("correlated scalar subquery with a non-equality correlation "
+                             "across several outer sources or levels",
+                             f"{what}: a non-equality correlation is decorrelated when it "
+                             "reads one source of the query the subquery is compared in")
+    (table,) = tables
+    m_alias = f"{alias}_m"
+    src = sources[table].copy()
+    magic = exp.select(*[exp.alias_(exp.column(n, table=table), m) for (_, n), m in
+                         cols.items()]).from_(src).distinct()
+    for c in theta:
+        for col in outer_columns(c, own):
+            col.replace(exp.column(cols[(col.table, col.name)], table=m_alias))
+    pairs: list[tuple[exp.Expr, exp.Expr]] = [
+        (exp.column(m, table=m_alias), exp.column(n, table=t)) for (t, n), m in cols.items()]
+    return exp.Subquery(this=magic, alias=exp.TableAlias(this=exp.to_identifier(m_alias))), \
+        pairs
 
 
 def _conjuncts(e: exp.Expr | None) -> list[exp.Expr]:

@@ -10,6 +10,7 @@ or empties (Δ-).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -27,6 +28,9 @@ from idivm.planner.ruleapi import (
     union_all,
 )
 from idivm.render import Renderer
+
+if TYPE_CHECKING:
+    from idivm.fresh.query import Flattener
 
 FLOAT_TYPES = ("REAL", "FLOAT", "DOUBLE", "FLOAT4", "FLOAT8")
 
@@ -258,10 +262,14 @@ def render(r: Renderer, node: A.Node) -> exp.Select:
     return q
 
 
+def fresh(f: Flattener, node: A.Node) -> None:
+    """A nested aggregate (the top one is the fresh query itself): a derived relation, a
+    stage of its own whose rows the stages above read as an atom."""
+    assert isinstance(node, A.Aggregate)
+    f.derived_atom(node)
+
+
 RULE = OperatorRule(op=A.Aggregate, paper="Tables 7, 9, 11, 12", infer=infer,
                     propagate_all=propagate_all,
                     conditions=lambda n: set(n.group_by),  # type: ignore[attr-defined]
-                    render=render,
-                    fresh_refusal=("nested aggregate", "an aggregate below another operator or "
-                                   "aggregate is not maintained by fresh views (a later "
-                                   "backend)"))
+                    render=render, fresh=fresh)

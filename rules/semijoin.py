@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -20,6 +21,9 @@ from idivm.planner.ruleapi import (
     union_all,
 )
 from idivm.render import Flat, Renderer, atom
+
+if TYPE_CHECKING:
+    from idivm.fresh.query import Flattener
 
 
 def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node, NodeInfo]:
@@ -159,8 +163,14 @@ def render(r: Renderer, node: A.Node) -> Flat:
     return f
 
 
+def fresh(f: Flattener, node: A.Node) -> None:
+    """l's atoms, and r's distinct correlation values as a derived relation read with l's
+    variables: joined (⋉), or subtracted as ``1 − [it]`` (▷)."""
+    assert isinstance(node, A.SemiJoin | A.AntiJoin)
+    f.visit(node.left)
+    f.probe(node)
+
+
 RULE = OperatorRule(op=A.SemiJoin, paper="Table 13 (mirrored)", infer=infer, propagate=propagate,
                     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
-                    render=render, combines=True,
-                    fresh_refusal=("EXISTS/IN subquery", "a nested aggregate; fresh views "
-                                   "maintain select-project-join-aggregate queries only"))
+                    render=render, combines=True, fresh=fresh)

@@ -8,7 +8,9 @@ this backend (a fresh view is maintained over NOT NULL data; a NULL literal is r
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +124,42 @@ class Case(Expr):
         return tuple(x for w in self.whens for x in w) + (self.default,)
 
 
+@dataclass(frozen=True)
+class Extract(Expr):
+    """EXTRACT(YEAR|MONTH|DAY FROM date): dates are yyyymmdd words, so this is arithmetic."""
+
+    field: str  # year | month | day
+    arg: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.arg,)
+
+
+@dataclass(frozen=True)
+class Like(Expr):
+    """``arg LIKE pattern`` with a constant pattern (``%``, ``_``); text is interned, so the
+    runtime memoizes the answer per string id."""
+
+    arg: Expr
+    pattern: str
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.arg,)
+
+
+@dataclass(frozen=True)
+class Substr(Expr):
+    """SUBSTRING(arg FROM start FOR length) with constant bounds (PostgreSQL's rules for a
+    start below 1); the result is interned, memoized per string id."""
+
+    arg: Expr
+    start: int
+    length: int
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.arg,)
+
+
 def walk(e: Expr) -> Iterator[Expr]:
     yield e
     for c in e.children():
@@ -154,6 +192,8 @@ def substitute(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     if isinstance(e, Case):
         return Case(e.type, tuple((substitute(c, f), substitute(v, f)) for c, v in e.whens),
                     substitute(e.default, f))
+    if isinstance(e, Extract | Like | Substr):
+        return dataclasses.replace(e, arg=substitute(e.arg, f))
     return e
 
 
@@ -267,7 +307,53 @@ def from_sql(e: exp.Expr, column: Callable[[str], Expr]) -> Expr:
         if len(types - {"int", "float"} if t == "float" else types) > 1:
             raise UnsupportedSQL("CASE with mixed result types", e.sql("postgres"))
         return Case(t, tuple(whens), default)
+    if isinstance(e, exp.Extract):
+        field = e.this.name.lower()
+        x = from_sql(e.expression, column)
+        if field not in ("year", "month", "day"):
+            raise UnsupportedSQL(f"EXTRACT({field.upper()})", "fresh views extract YEAR, MONTH "
+                                 "and DAY from dates")
+        if x.type != "date":
+            raise UnsupportedSQL(f"EXTRACT from {x.type}", "fresh views extract from dates")
+        return Extract("int", field, x)
+    if isinstance(e, exp.ILike):
+        raise UnsupportedSQL("ILIKE", "fresh views match text with LIKE only")
+    if isinstance(e, exp.Like):
+        x = from_sql(e.this, column)
+        pat = e.expression
+        if not (isinstance(pat, exp.Literal) and pat.is_string):
+            raise UnsupportedSQL("LIKE with a non-constant pattern", e.sql("postgres"))
+        if x.type != "str":
+            raise UnsupportedSQL(f"LIKE over {x.type}", e.sql("postgres"))
+        out: Expr = Like("bool", x, pat.this)
+        return Not("bool", out) if e.args.get("negate") else out
+    if isinstance(e, exp.Substring):
+        x = from_sql(e.this, column)
+        start, length = e.args.get("start"), e.args.get("length")
+        bounds = [from_sql(b, column) if b is not None else Const("int", 1 << 30)
+                  for b in (start, length)]
+        if x.type != "str" or not all(isinstance(b, Const) and b.type == "int"
+                                      for b in bounds):
+            raise UnsupportedSQL("SUBSTRING with non-constant bounds or over non-text",
+                                 e.sql("postgres"))
+        first, count = (int(b.value) for b in bounds if isinstance(b, Const))
+        if count < 0:
+            raise UnsupportedSQL("SUBSTRING with a negative length", e.sql("postgres"))
+        return Substr("str", x, first, count)
     raise UnsupportedSQL(e.key.upper(), "this expression is not supported in fresh views")
+
+
+def like_regex(pattern: str) -> re.Pattern[str]:
+    """SQL LIKE (``%`` any run, ``_`` one character, no escape) as a regular expression."""
+    return re.compile("".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch)
+                              for ch in pattern), re.DOTALL)
+
+
+def substring(s: str, start: int, length: int) -> str:
+    """PostgreSQL's substring(s FROM start FOR length): positions from 1; a start below 1
+    shortens the result by as much."""
+    end = start + length
+    return s[max(start, 1) - 1:max(end - 1, 0)]
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -307,6 +393,15 @@ def evaluate(e: Expr, env: Mapping[str, Any]) -> Any:
             if evaluate(c, env):
                 return evaluate(v, env)
         return evaluate(e.default, env)
+    if isinstance(e, Extract):
+        d = evaluate(e.arg, env)
+        if isinstance(d, datetime.date):
+            return getattr(d, e.field)
+        return {"year": d // 10000, "month": d // 100 % 100, "day": d % 100}[e.field]
+    if isinstance(e, Like):
+        return int(like_regex(e.pattern).fullmatch(evaluate(e.arg, env)) is not None)
+    if isinstance(e, Substr):
+        return substring(evaluate(e.arg, env), e.start, e.length)
     raise TypeError(e)
 
 
@@ -331,4 +426,10 @@ def show(e: Expr) -> str:
     if isinstance(e, Case):
         ws = " ".join(f"WHEN {show(c)} THEN {show(v)}" for c, v in e.whens)
         return f"CASE {ws} ELSE {show(e.default)} END"
+    if isinstance(e, Extract):
+        return f"EXTRACT({e.field.upper()} FROM {show(e.arg)})"
+    if isinstance(e, Like):
+        return f"{show(e.arg)} LIKE {e.pattern!r}"
+    if isinstance(e, Substr):
+        return f"SUBSTRING({show(e.arg)}, {e.start}, {e.length})"
     raise TypeError(e)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from idivm.catalog import Catalog
 from idivm.errors import UnsupportedSQL
 from idivm.fresh import expr as E
-from idivm.fresh.query import Atom, FreshQuery, Mono, expand
+from idivm.fresh.query import Atom, Derived, FreshQuery, Mono, expand
 
 KINDS = ("insert", "delete", "update")
 
@@ -136,11 +136,17 @@ class Program:
         return "\n".join(out)
 
 
-def _components(atoms: Sequence[Atom], bound: set[str]) -> list[list[Atom]]:
-    """Connected components of atoms linked by shared variables the event does not bind."""
+def _components(atoms: Sequence[Atom], bound: set[str],
+                links: Sequence[set[str]] = ()) -> list[list[Atom]]:
+    """Connected components of atoms linked by shared variables the event does not bind, or
+    by a condition over their variables alone (``links``: kept inside one map, it is not a
+    nested loop over two)."""
     comps: list[tuple[list[Atom], set[str]]] = []
     for a in atoms:
         vs = {v.name for v in a.vars} - bound
+        for link in links:
+            if link & vs:
+                vs |= link
         merged: tuple[list[Atom], set[str]] = ([a], vs)
         keep = []
         for c in comps:
@@ -241,7 +247,8 @@ class _Compiler:
         scalars = [f for f in factors if not E.variables(f)]
         conds = [c for c in conds if E.variables(c)]
         factors = [f for f in factors if E.variables(f)]
-        comps = _components(rest, set(binding))
+        comps = _components(rest, set(binding), [E.variables(c) - set(binding) for c in conds
+                                                  if not E.has_args(c)])
         comp_of = {v.name: ci for ci, comp in enumerate(comps) for a in comp for v in a.vars
                    if v.name not in binding}
         inner: list[tuple[list[E.Expr], list[E.Expr]]] = [([], []) for _ in comps]
@@ -275,6 +282,10 @@ class _Compiler:
                 loops += base_loops
                 loop_conds += inner[ci][0] + extra
                 loop_factors += inner[ci][1]
+        if materialize:
+            # point lookups first: keyed by the event alone, they skip the slice loops when
+            # the event's row joins nothing (a filtered dimension row, say)
+            loops.sort(key=lambda lp: any(b is None for b in lp.bound))
         return Stmt(target, keys, coef, tuple(guards), tuple(loops), tuple(loop_conds),
                     tuple(scalars + loop_factors))
 
@@ -315,19 +326,21 @@ class _Compiler:
 
 def view_maps(c: _Compiler, q: FreshQuery) -> tuple[str, list[str | None]]:
     keys = tuple(e for _, e in q.group)
-    body = Mono(1, q.atoms, q.conds)
-    c.maps["v_count"] = MapDef("v_count", keys, (body,), "view")
+    terms = q.terms()
+    body = tuple(Mono(sign, atoms, q.conds) for sign, atoms in terms)
+    c.maps["v_count"] = MapDef("v_count", keys, body, "view")
     agg_maps: list[str | None] = []
     for i, a in enumerate(q.aggs):
         if a.func in ("sum", "avg"):
             assert a.arg is not None
-            monos = tuple(Mono(coef, q.atoms, q.conds, fs) for coef, fs in expand(a.arg, q.atoms))
+            monos = tuple(Mono(sign * coef, atoms, q.conds, fs) for sign, atoms in terms
+                          for coef, fs in expand(a.arg, atoms))
             name = f"v_sum{i}"
             c.maps[name] = MapDef(name, keys, monos or (Mono(0, q.atoms, q.conds),), "view")
         elif a.func in ("min", "max"):
             assert a.arg is not None
             name = f"v_vals{i}"
-            c.maps[name] = MapDef(name, keys + (a.arg,), (body,), "view")
+            c.maps[name] = MapDef(name, keys + (a.arg,), body, "view")
         else:
             agg_maps.append(None)  # COUNT reads v_count: values are NOT NULL here
             continue
@@ -395,10 +408,17 @@ def table_info(catalog: Catalog, name: str) -> TableInfo:
                      tuple(t.column_names.index(k) for k in t.primary_key))
 
 
+def derived_info(d: Derived) -> TableInfo:
+    return TableInfo(d.name, d.columns, d.types, tuple(range(d.n_keys)))
+
+
 def compile_program(q: FreshQuery, catalog: Catalog, depth: int | None = None) -> Program:
+    """One stage: the trigger program of ``q`` over base tables and the derived relations of
+    its nested aggregates (their rows arrive as events, like a base table's)."""
     if depth is not None and depth not in (0, 1):
         raise ValueError(f"depth must be None (higher-order), 1 or 0, not {depth!r}")
-    tables = {t: table_info(catalog, t) for t in q.tables}
+    derived = {d.name: derived_info(d) for d in q.derived}
+    tables = {t: derived[t] if t in derived else table_info(catalog, t) for t in q.tables}
     c = _Compiler(q, depth, tables)
     count_map, agg_maps = view_maps(c, q)
     recompute: list[Stmt] = []
@@ -435,3 +455,82 @@ def compile_program(q: FreshQuery, catalog: Catalog, depth: int | None = None) -
     return Program(q, depth, tuple(tables.values()), maps,
                    {t: {k: tuple(v) for k, v in ks.items()} for t, ks in triggers.items()},
                    tuple(recompute), inplace, count_map, tuple(agg_maps))
+
+
+# ----------------------------------------------------------------------------- stages
+
+AUTO_MAPS_PER_ATOM = 4
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A trigger program and the derived relation whose rows it publishes (None: the view)."""
+
+    program: Program
+    publishes: Derived | None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The stages of a view, inner first and the view last: a base event runs every stage
+    reading its table, then each stage publishes its changed rows, in order, to the stages
+    reading them (each stage's delta rules see one relation change at a time, so the state
+    they read is always consistent)."""
+
+    stages: tuple[Stage, ...]
+
+    @property
+    def view(self) -> Program:
+        return self.stages[-1].program
+
+    @property
+    def base_tables(self) -> tuple[TableInfo, ...]:
+        derived = {s.publishes.name for s in self.stages if s.publishes is not None}
+        out: dict[str, TableInfo] = {}
+        for s in self.stages:
+            for t in s.program.tables:
+                if t.name not in derived:
+                    out.setdefault(t.name, t)
+        return tuple(out.values())
+
+    def listing(self) -> str:
+        if len(self.stages) == 1:
+            return self.view.listing()
+        out = []
+        for s in self.stages:
+            head = f"-- stage {s.publishes.name}: {s.program.query.sql}" if s.publishes \
+                else "-- stage view"
+            out += [head, s.program.listing()]
+        return "\n".join(out)
+
+
+def _stage_queries(q: FreshQuery, d: Derived | None = None) -> list[tuple[FreshQuery,
+                                                                      Derived | None]]:
+    out: list[tuple[FreshQuery, Derived | None]] = []
+    for sub in q.derived:
+        out += _stage_queries(sub.query, sub)
+    return out + [(q, d)]
+
+
+def compile_stage(q: FreshQuery, catalog: Catalog, depth: int | str | None) -> Program:
+    """``depth`` ``"auto"``: higher-order unless it needs more than ``AUTO_MAPS_PER_ATOM``
+    maps per relation atom (then every base event updates that many large maps, and
+    first-order deltas over indexed base relations are cheaper)."""
+    if depth == "auto":
+        prog = compile_program(q, catalog, None)
+        if len(prog.maps) > AUTO_MAPS_PER_ATOM * len(q.atoms + q.anti):
+            prog = compile_program(q, catalog, 1)
+        return prog
+    if depth is None or isinstance(depth, int):
+        return compile_program(q, catalog, depth)
+    raise ValueError(f"depth must be None, 0, 1 or 'auto', not {depth!r}")
+
+
+def compile_pipeline(q: FreshQuery, catalog: Catalog,
+                     depth: int | str | None = "auto") -> Pipeline:
+    stages = _stage_queries(q)
+    if depth == 0 and len(stages) > 1:
+        raise UnsupportedSQL("re-evaluation (depth 0) of a nested aggregate",
+                             "its stages publish their changes event by event; use depth 1 "
+                             "or the higher-order program")
+    return Pipeline(tuple(Stage(compile_stage(sq, catalog, depth), d) for sq, d in stages))

@@ -13,11 +13,22 @@ aggregate of the top γ becomes one or more sums over that body:
   the extreme is read off the group's slice, so deletions never need a rescan);
 * DISTINCT and bag SPJ views: a count per output row.
 
+Nested aggregates become *derived relations*: an aggregate below the top (a scalar or IN
+subquery after unnesting, the inner phase of COUNT(DISTINCT)) is translated on its own into a
+stage whose output rows (group values, aggregate values) are a relation the outer query reads
+as one more atom; the runtime publishes each stage's changed rows to the stages reading it as
+insert/delete/update events, so every stage is maintained higher-order over its inputs (maps
+over aggregate results, as DBToaster's nested-aggregate deltas). ``EXISTS``/``IN`` read the
+derived relation of the subquery's distinct correlation values (one row per value, so the join
+keeps multiplicities); ``NOT EXISTS``/``NOT IN`` multiply by ``1 − [that row]``: the query is a
+signed sum over the positive body and the body joined with it.
+
 Operators outside this shape are refused here, before any code exists, naming the construct.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,12 +79,32 @@ class Agg:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A relation computed by a nested aggregate (a stage): columns ``group…, aggregates…,
+    __cnt``; the first ``n_keys`` columns are its key. A group's row exists while its count
+    is positive (a global aggregate of counts only: always, with 0)."""
+
+    name: str
+    query: FreshQuery
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    n_keys: int
+
+    @property
+    def always(self) -> bool:
+        """A global aggregate of counts only has its one row even over no input."""
+        return self.n_keys == 0 and all(a.func == "count" for a in self.query.aggs)
+
+
+@dataclass(frozen=True)
 class FreshQuery:
     """Σ over ``atoms`` with ``conds``, grouped by ``group`` (names → expressions over vars).
 
     ``output`` is the chain of projections and selections above the aggregate (top-down, as
     algebra nodes) evaluated when rows are read; ``bag`` marks a view without aggregate, whose
-    rows repeat with their multiplicity.
+    rows repeat with their multiplicity. ``anti`` are atoms of NOT EXISTS: the body is
+    ``atoms · conds · Π (1 − anti_i)``. ``derived`` are the relations of nested aggregates
+    that atoms read (each translated into its own query).
     """
 
     sql: str
@@ -86,6 +117,16 @@ class FreshQuery:
     bag: bool
     tables: tuple[str, ...]
     col_types: dict[str, str]
+    anti: tuple[Atom, ...] = ()
+    derived: tuple[Derived, ...] = ()
+
+    def terms(self) -> list[tuple[float, tuple[Atom, ...]]]:
+        """The signed bodies: Π (1 − a_i) expanded over the anti atoms."""
+        out: list[tuple[float, tuple[Atom, ...]]] = []
+        for r in range(len(self.anti) + 1):
+            for sub in itertools.combinations(self.anti, r):
+                out.append(((-1.0) ** r, self.atoms + sub))
+        return out
 
 
 class _UnionFind:
@@ -124,6 +165,81 @@ class Flattener:
         self.atoms: list[Atom] = []
         self.conds: list[E.Expr] = []
         self.env: dict[str, E.Expr] = {}
+        self.anti: list[Atom] = []
+        self.derived: list[Derived] = []
+
+    def derive(self, node: A.Aggregate, name: str) -> Derived:
+        """The relation of a nested aggregate, translated as a query of its own."""
+        q = query_of(node, (*node.group_by, *(a.name for a in node.aggs), A.COUNT),
+                     node.label, self.catalog)
+        self.derived.append(Derived(name, q, q.columns, tuple(q.col_types[c] for c in
+                                                               q.columns), len(node.group_by)))
+        return self.derived[-1]
+
+    def derived_atom(self, node: A.Aggregate) -> None:
+        """A nested aggregate read as an atom: its columns become variables of this query."""
+        d = self.derive(node, f"__d{node.nid}")
+        # plan column names are unique in a view, except the count every aggregate keeps
+        vs = tuple(E.Var(t, f"{d.name}{c}" if c == A.COUNT else c)
+                   for c, t in zip(d.columns, d.types, strict=True))
+        self.env.update(zip(d.columns, vs, strict=True))
+        if node.is_global:
+            self.env["__g"] = E.Const("int", 1)
+        self.atoms.append(Atom(d.name, vs))
+
+    def probe(self, node: A.SemiJoin | A.AntiJoin) -> None:
+        """l ⋉ r / l ▷ r on equalities l.x = r.y: r's distinct y as a derived relation, read
+        with l's variables (a semijoin as a join with it, an antijoin as ``1 − [it]``)."""
+        left = set(node.left.columns)
+        right = set(node.right.columns)
+        pairs: dict[str, str] = {}  # right column → left column
+        local: list[exp.Expr] = []  # conditions on r alone: filter r first
+        kind = "NOT EXISTS/NOT IN" if isinstance(node, A.AntiJoin) else "EXISTS/IN"
+        for cj in A.conjuncts(node.predicate):
+            refs = A.referenced(cj)
+            if refs <= right:
+                local.append(cj)
+                continue
+            cols = [cj.left, cj.right] if isinstance(cj, exp.EQ) else []
+            if (len(cols) == 2 and all(isinstance(x, exp.Column) for x in cols)
+                    and {cols[0].name, cols[1].name} & left and
+                    {cols[0].name, cols[1].name} & right):
+                lcol, rcol = sorted((x.name for x in cols), key=lambda n: n not in left)
+                if rcol in pairs:
+                    raise UnsupportedSQL(f"{kind} correlated twice by one column",
+                                         cj.sql("postgres"))
+                pairs[rcol] = lcol
+                continue
+            raise UnsupportedSQL(f"{kind} correlated by a non-equality", "fresh views read "
+                                 "a subquery by equalities with the outer row: "
+                                 + cj.sql("postgres"))
+        if isinstance(node, A.SemiJoin) and _unique_on(node.right, set(pairs)):
+            # r has one row per probe value already (an aggregate grouped by it): read r
+            # itself, no distinct stage
+            self.visit(node.right)
+            for rcol, lcol in pairs.items():
+                self.conds.append(E.Cmp("bool", "=", self.env[lcol], self.env[rcol]))
+            self.conds += [self.convert(x) for x in local]
+            return
+        inner: A.Node = node.right
+        if local:
+            pred = local[0]
+            for x in local[1:]:
+                pred = exp.and_(pred, x)
+            inner = A.Select(node.nid, inner, pred)
+        d = self.derive(A.Aggregate(node.nid, inner, tuple(pairs), ()), f"__d{node.nid}")
+        vs = []
+        for rcol, t in zip(d.columns, d.types, strict=True):
+            if rcol == A.COUNT:
+                continue
+            v = self.env[pairs[rcol]]
+            if not isinstance(v, E.Var) or v.type != t:
+                raise UnsupportedSQL(f"{kind} on an expression or across types",
+                                     f"{pairs[rcol]} = {rcol}")
+            vs.append(v)
+        # the count column: a variable of its own (one row per value, so it is 1)
+        atom = Atom(d.name, (*vs, E.Var("int", f"{d.name}__cnt")))
+        (self.anti if isinstance(node, A.AntiJoin) else self.atoms).append(atom)
 
     def visit(self, node: A.Node) -> None:
         from idivm.rules import rule_for
@@ -140,6 +256,7 @@ class Flattener:
 
 def _unify(atoms: Sequence[Atom], conds: Sequence[E.Expr],
            env: dict[str, E.Expr]) -> tuple[list[Atom], list[E.Expr], dict[str, E.Expr]]:
+    # (anti atoms are passed after the atoms: they share the renaming)
     """Merge variables equated by a condition; the equality itself disappears."""
     uf = _UnionFind()
     rest = []
@@ -168,18 +285,28 @@ def _unify(atoms: Sequence[Atom], conds: Sequence[E.Expr],
 def translate(sql: str, catalog: Catalog) -> FreshQuery:
     """Parse and translate a view; raises UnsupportedSQL naming the construct it refuses."""
     vq = parse_view(sql, catalog)
+    return query_of(vq.root, vq.columns, sql, catalog)
+
+
+def query_of(root: A.Node, columns: tuple[str, ...], sql: str,
+             catalog: Catalog) -> FreshQuery:
+    """The flat query of a plan: an aggregate under a chain of projections and selections
+    (evaluated when rows are read), or a bag select-project-join."""
     output: list[A.Node] = []
-    node = vq.root
-    while isinstance(node, A.Project | A.Select) and _has_aggregate_below(node):
+    node = root
+    while isinstance(node, A.Project | A.Select):
         output.append(node)
         node = node.children[0]
+    if not isinstance(node, A.Aggregate):
+        output, node = [], root
     for n in A.walk(node):
-        if n is not node or not isinstance(n, A.Aggregate):
-            _refuse_node(n)
+        _refuse_node(n)
     f = Flattener(catalog)
+    f.visit(node.child if isinstance(node, A.Aggregate) else node)
+    n_anti = len(f.anti)
+    all_atoms, conds, env = _unify(f.atoms + f.anti, f.conds, f.env)
+    atoms, anti = all_atoms[:len(all_atoms) - n_anti], all_atoms[len(all_atoms) - n_anti:]
     if isinstance(node, A.Aggregate):
-        f.visit(node.child)
-        atoms, conds, env = _unify(f.atoms, f.conds, f.env)
         group = tuple((g, env[g]) for g in node.group_by)
         aggs = []
         for a in node.aggs:
@@ -194,17 +321,24 @@ def translate(sql: str, catalog: Catalog) -> FreshQuery:
         col_types[A.COUNT] = "int"
         if node.is_global:
             col_types["__g"] = "int"
-        return FreshQuery(sql, vq.columns, group, tuple(aggs), tuple(atoms), tuple(conds),
-                          tuple(output), False, _tables(atoms), col_types)
-    f.visit(node)
-    atoms, conds, env = _unify(f.atoms, f.conds, f.env)
+        return FreshQuery(sql, columns, group, tuple(aggs), tuple(atoms), tuple(conds),
+                          tuple(output), False, _tables(atoms + anti), col_types,
+                          tuple(anti), tuple(f.derived))
     group = tuple((c, env[c]) for c in node.columns)
-    return FreshQuery(sql, vq.columns, group, (), tuple(atoms), tuple(conds), (), True,
-                      _tables(atoms), {c: e.type for c, e in group})
+    return FreshQuery(sql, columns, group, (), tuple(atoms), tuple(conds), (), True,
+                      _tables(atoms + anti), {c: e.type for c, e in group}, tuple(anti),
+                      tuple(f.derived))
 
 
-def _has_aggregate_below(node: A.Node) -> bool:
-    return any(isinstance(n, A.Aggregate) for n in A.walk(node))
+def _unique_on(node: A.Node, cols: set[str]) -> bool:
+    """At most one row of ``node`` per value of ``cols``: an aggregate grouped by (a subset
+    of) them, under selections and projections that rename its group columns."""
+    while isinstance(node, A.Project | A.Select):
+        if isinstance(node, A.Project):
+            renames = {n: e.name for n, e in node.exprs if isinstance(e, exp.Column)}
+            cols = {renames[c] for c in cols if c in renames}
+        node = node.child
+    return isinstance(node, A.Aggregate) and bool(node.group_by) and set(node.group_by) <= cols
 
 
 def _tables(atoms: Sequence[Atom]) -> tuple[str, ...]:

@@ -9,8 +9,10 @@
 // with every delete/insert), and each secondary index keeps an intrusive doubly linked list of
 // the entries sharing a projected key, so removing an entry is O(1) in every index.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -287,9 +289,22 @@ class Map {
 };
 
 // Text values are interned: a map key or comparison sees a 64-bit id.
+// LIKE patterns and SUBSTRING bounds are registered once by the generated code; their answers
+// are memoized per string id (ids are dense), so a string seen before costs one array read.
 struct Strings {
   std::unordered_map<std::string, int64_t> ids;
   std::vector<std::string> strs;
+  struct LikeMemo {
+    std::string pattern;
+    std::vector<int8_t> memo;  // -1 unknown, 0, 1
+  };
+  struct SubstrMemo {
+    int64_t start, length;
+    std::vector<int64_t> memo;  // -1 unknown, else the id of the substring
+  };
+  std::vector<LikeMemo> likes;
+  std::vector<SubstrMemo> substrs;
+
   int64_t intern(const std::string& s) {
     auto it = ids.find(s);
     if (it != ids.end()) return it->second;
@@ -297,6 +312,56 @@ struct Strings {
     strs.push_back(s);
     ids.emplace(s, id);
     return id;
+  }
+  int pattern(const std::string& p) {
+    for (size_t i = 0; i < likes.size(); ++i)
+      if (likes[i].pattern == p) return static_cast<int>(i);
+    likes.push_back(LikeMemo{p, {}});
+    return static_cast<int>(likes.size() - 1);
+  }
+  int substring_of(int64_t start, int64_t length) {
+    for (size_t i = 0; i < substrs.size(); ++i)
+      if (substrs[i].start == start && substrs[i].length == length) return static_cast<int>(i);
+    substrs.push_back(SubstrMemo{start, length, {}});
+    return static_cast<int>(substrs.size() - 1);
+  }
+  bool like(int64_t id, int p) {
+    std::vector<int8_t>& m = likes[p].memo;
+    if (static_cast<size_t>(id) >= m.size()) m.resize(strs.size(), -1);
+    if (m[id] < 0) m[id] = like_match(strs[id], likes[p].pattern) ? 1 : 0;
+    return m[id] == 1;
+  }
+  int64_t substr(int64_t id, int q) {
+    if (static_cast<size_t>(id) >= substrs[q].memo.size()) substrs[q].memo.resize(strs.size(), -1);
+    if (substrs[q].memo[id] >= 0) return substrs[q].memo[id];
+    const std::string& s = strs[id];
+    const int64_t n = static_cast<int64_t>(s.size());
+    // PostgreSQL: characters start … start+length-1, positions from 1
+    int64_t b = std::max<int64_t>(substrs[q].start, 1) - 1;
+    int64_t e = std::min<int64_t>(std::max<int64_t>(substrs[q].start + substrs[q].length - 1, 0), n);
+    const int64_t r = intern(b < e ? s.substr(b, e - b) : std::string());
+    substrs[q].memo[id] = r;
+    return r;
+  }
+  // SQL LIKE: % any run, _ one character (greedy with backtracking to the last %)
+  static bool like_match(const std::string& s, const std::string& p) {
+    size_t i = 0, j = 0, star = std::string::npos, mark = 0;
+    while (i < s.size()) {
+      if (j < p.size() && p[j] == '%') {
+        star = j++;
+        mark = i;
+      } else if (j < p.size() && (p[j] == '_' || p[j] == s[i])) {
+        ++i;
+        ++j;
+      } else if (star != std::string::npos) {
+        j = star + 1;
+        i = ++mark;
+      } else {
+        return false;
+      }
+    }
+    while (j < p.size() && p[j] == '%') ++j;
+    return j == p.size();
   }
 };
 

@@ -19,11 +19,16 @@ from idivm.errors import IdivmError
 from idivm.fresh import codegen
 from idivm.fresh import expr as E
 from idivm.fresh.build import build, load
-from idivm.fresh.program import Program, TableInfo, compile_program
+from idivm.fresh.program import (
+    Pipeline,
+    Program,
+    Stage,
+    TableInfo,
+    compile_pipeline,
+)
 from idivm.fresh.query import translate
 
 Row = Sequence[Any] | Mapping[str, Any]
-AUTO_MAPS_PER_ATOM = 4
 
 
 class FreshError(IdivmError):
@@ -61,16 +66,20 @@ class FreshView:
     first-order IVM (deltas evaluated over base relations), ``0`` re-evaluation.
     """
 
-    def __init__(self, program: Program, source: str, lib: Path,
+    def __init__(self, pipeline: Pipeline | Program, source: str, lib: Path,
                  other_tables: Iterable[str] = ()) -> None:
-        self.program = program
+        if isinstance(pipeline, Program):
+            pipeline = Pipeline((Stage(pipeline, None),))
+        self.pipeline = pipeline
+        self.program = pipeline.view  # the view's own stage (its maps are read by rows())
         self._other = frozenset(other_tables)  # in the catalog, not read: events are no-ops
         self.source = source
         self.library = lib
         self._dll = load(lib)
         self._h = self._dll.fv_new()
-        self._tables = {t.name: i for i, t in enumerate(program.tables)}
-        self._info = {t.name: t for t in program.tables}
+        base = pipeline.base_tables
+        self._tables = {t.name: i for i, t in enumerate(base)}
+        self._info = {t.name: t for t in base}
         self._strings: dict[str, int] = {}
 
     @classmethod
@@ -86,16 +95,10 @@ class FreshView:
         indexed base relations are cheaper — DBToaster's observation that a full viewlet
         transform can be too aggressive."""
         q = translate(view_sql, catalog)
-        if depth == "auto":
-            prog = compile_program(q, catalog, None)
-            if len(prog.maps) > AUTO_MAPS_PER_ATOM * len(q.atoms):
-                prog = compile_program(q, catalog, 1)
-        elif depth is None or isinstance(depth, int):
-            prog = compile_program(q, catalog, depth)
-        else:
-            raise ValueError(f"depth must be None, 0, 1 or 'auto', not {depth!r}")
-        source = codegen.generate(prog)
-        return cls(prog, source, build(source), set(catalog.tables) - set(q.tables))
+        pipe = compile_pipeline(q, catalog, depth)
+        source = codegen.generate(pipe)
+        read = {t.name for t in pipe.base_tables}
+        return cls(pipe, source, build(source), set(catalog.tables) - read)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -103,7 +106,7 @@ class FreshView:
 
     @property
     def listing(self) -> str:
-        return self.program.listing()
+        return self.pipeline.listing()
 
     def close(self) -> None:
         if self._h:

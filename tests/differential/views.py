@@ -457,6 +457,28 @@ VIEWS: tuple[ViewDef, ...] = (
         ("uncorrelated scalar subquery in WHERE", "scalar subquery in HAVING",
          "COUNT(DISTINCT)"),
     ),
+    ViewDef(
+        "orders_scalar_theta",
+        "orders",
+        """
+        SELECT l.orderkey, l.linenumber, l.quantity
+        FROM lineitem l
+        WHERE 0.5 * (SELECT sum(l3.quantity) FROM lineitem l3)
+              > (SELECT sum(l2.quantity) FROM lineitem l2 WHERE l2.quantity > l.quantity)
+        """,
+        ("scalar subquery correlated by a non-equality (magic set)",),
+    ),
+    ViewDef(
+        "orders_scalar_theta_rank",
+        "orders",
+        """
+        SELECT l.orderkey, l.linenumber,
+               (SELECT count(*) FROM lineitem l2
+                WHERE l2.partno = l.partno AND l2.quantity < l.quantity) AS below
+        FROM lineitem l
+        """,
+        ("COUNT subquery correlated by an equality and a non-equality, padded",),
+    ),
     # ----------------------------------------------------------------- (d) set operations
     ViewDef(
         "setops_union",

@@ -105,10 +105,9 @@ def test_seed002_figure2_maps(cxx: None) -> None:
 
 @pytest.mark.parametrize("view_sql, construct", [
     ("select r.a, (select count(*) from s) from r", "scalar subquery"),
-    ("select r.a from r where exists (select 1 from s where s.b = r.a)", "EXISTS/IN subquery"),
+    ("select r.a from r where exists (select 1 from s where s.b < r.a)",
+     "EXISTS/IN correlated by a non-equality"),
     ("select r.a from r left join s on r.a = s.b", "outer join"),
-    ("select x.a, count(*) from (select a, sum(id) as t from r group by a) x group by x.a",
-     "nested aggregate"),
     ("select a from r union select b from s", "UNION"),
     ("select e.when_ from e", "column type TIMESTAMP"),
 ])

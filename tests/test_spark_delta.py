@@ -115,9 +115,11 @@ def _lake(spark: Any, tmp_path: Path, schema_key: str, seed: int) -> DeltaLake:
 # tests/test_spark.py (over apply_changes): both feed maintain through a Delta change feed
 @pytest.mark.parametrize("schema_key,views", [
     # issue 15's constructs on Spark: outer joins (left, right, full), scalar subqueries
-    # (correlated, uncorrelated, in HAVING), COUNT(DISTINCT)
+    # (correlated by equalities or, with a magic set, not; uncorrelated; in HAVING),
+    # COUNT(DISTINCT)
     ("orders", ["orders_revenue", "orders_big_orders", "orders_left_join_counts",
-                "orders_right_full_join", "orders_scalar_correlated", "orders_scalar_having"]),
+                "orders_right_full_join", "orders_scalar_correlated", "orders_scalar_having",
+                "orders_scalar_theta"]),
 ])
 def test_views_over_attached_delta_tables(spark: Any, tmp_path: Path, schema_key: str,
                                           views: list[str]) -> None:

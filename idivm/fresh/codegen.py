@@ -279,6 +279,12 @@ def _stage_struct(si: int, stage: Stage, ctx: _Ctx) -> list[str]:
         cols = prog.inplace.get(t.name, frozenset())
         body.append(f"  void upd_{ti}(const int64_t* o, const int64_t* t) {{  // update "
                     f"{t.name}")
+        quiet, guards = prog.filtered.get(t.name, (frozenset(), ()))
+        if quiet:
+            kept = [f"o[{i}] == t[{i}]" for i in range(len(t.types)) if i not in quiet]
+            kept += [f"{cexpr(g, ctx, {})} == {cexpr(E.old_tuple(g), ctx, {})}" for g in guards]
+            body.append(f"    if ({' && '.join(kept) or 'true'}) return;  // only filtered "
+                        "columns changed, and no filter flips: no map changes")
         fixed = [i for i in range(len(t.types)) if i not in cols]
         if cols and prog.triggers[t.name]["update"] is not None:
             same = " && ".join(f"o[{i}] == t[{i}]" for i in fixed) or "true"
@@ -455,7 +461,8 @@ def generate(pipe: Pipeline | Program) -> str:
             f"      if (live && std::memcmp(cur, r, {n * 8}) == 0) return;",
             f"      int64_t old[{n}];",
             f"      std::memcpy(old, cur, {n * 8});",
-            f"      if (live) {{ pub{si}.overwrite(r); emit{si}(2, r, old); }}",
+            f"      if (live) {{ std::memcpy(const_cast<int64_t*>(cur), r, {n * 8}); "
+            f"emit{si}(2, r, old); }}",
             f"      else {{ pub{si}.erase(old); emit{si}(1, old, nullptr); }}",
             f"    }} else if (live) {{ pub{si}.insert(r); emit{si}(0, r, nullptr); }}",
             "  }",

@@ -197,6 +197,11 @@ def substitute(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     return e
 
 
+def old_tuple(e: Expr) -> Expr:
+    """``e`` over the old tuple of an update (its event arguments on side 1)."""
+    return substitute(e, lambda n: Arg(n.type, n.index, 1) if isinstance(n, Arg) else None)
+
+
 def rename(e: Expr, mapping: Mapping[str, Expr]) -> Expr:
     return substitute(e, lambda n: mapping.get(n.name) if isinstance(n, Var) else None)
 

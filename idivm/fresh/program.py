@@ -121,6 +121,10 @@ class Program:
     inplace: dict[str, frozenset[int]]  # value-only columns an update may change in place
     count_map: str
     agg_maps: tuple[str | None, ...] = field(default=())  # per aggregate: sum or value-count map
+    # per table: columns read only by conditions on that table alone, and those conditions
+    # over the event (``Arg``): an update changing only these columns, under which every
+    # condition keeps its truth value, changes no map
+    filtered: dict[str, tuple[frozenset[int], tuple[E.Expr, ...]]] = field(default_factory=dict)
 
     def listing(self) -> str:
         maps = {m.name: m for m in self.maps}
@@ -138,15 +142,16 @@ class Program:
 
 def _components(atoms: Sequence[Atom], bound: set[str],
                 links: Sequence[set[str]] = ()) -> list[list[Atom]]:
-    """Connected components of atoms linked by shared variables the event does not bind, or
-    by a condition over their variables alone (``links``: kept inside one map, it is not a
-    nested loop over two)."""
+    """Connected components of atoms linked by shared variables the event does not bind.
+
+    A condition over the variables of several components the event binds nothing of
+    (``links``: ``a.volume > 0.0001 · total``) merges them: kept inside one map, it is a lookup,
+    where two maps would be a nested loop over two full scans. Components the event keys are
+    left apart (their loops are slices already, and one map over both would be maintained on
+    every event of either)."""
     comps: list[tuple[list[Atom], set[str]]] = []
     for a in atoms:
         vs = {v.name for v in a.vars} - bound
-        for link in links:
-            if link & vs:
-                vs |= link
         merged: tuple[list[Atom], set[str]] = ([a], vs)
         keep = []
         for c in comps:
@@ -155,6 +160,16 @@ def _components(atoms: Sequence[Atom], bound: set[str],
             else:
                 keep.append(c)
         comps = keep + [merged]
+
+    def keyed(c: tuple[list[Atom], set[str]]) -> bool:
+        return any(v.name in bound for a in c[0] for v in a.vars)
+
+    for link in links:
+        touched = [c for c in comps if c[1] & link]
+        if len(touched) > 1 and not any(keyed(c) for c in touched):
+            rest = [c for c in comps if not c[1] & link]
+            comps = rest + [([a for c in touched for a in c[0]],
+                             set().union(*(c[1] for c in touched)))]
     order = {id(a): i for i, a in enumerate(atoms)}
     return sorted((sorted(c[0], key=lambda a: order[id(a)]) for c in comps),
                   key=lambda c: order[id(c[0])])
@@ -374,16 +389,50 @@ def _value_only(maps: Sequence[MapDef], rel: str, arity: int) -> frozenset[int]:
     return frozenset(cols)
 
 
+def _filter_only(maps: Sequence[MapDef], rel: str,
+                 arity: int) -> tuple[frozenset[int], tuple[E.Expr, ...]]:
+    """Columns of ``rel`` read only by conditions over ``rel``'s own atom (never a key, a join
+    variable or a value), and those conditions over the event tuple. Empty under a
+    self-join."""
+    cols = set(range(arity))
+    guards: list[E.Expr] = []
+    for m in maps:
+        key_vars = set().union(*(E.variables(k) for k in m.keys)) if m.keys else set()
+        for mono in m.monos:
+            own = [a for a in mono.atoms if a.rel == rel]
+            if len(own) > 1:
+                return frozenset(), ()
+            if not own:
+                continue
+            atom = own[0]
+            names = [v.name for v in atom.vars]
+            mine = set(names)
+            local = [c for c in mono.conds if E.variables(c) <= mine]
+            elsewhere = set(key_vars)
+            for x in (*mono.factors, *(c for c in mono.conds if c not in local)):
+                elsewhere |= E.variables(x)
+            for a in mono.atoms:
+                if a is not atom:
+                    elsewhere |= {v.name for v in a.vars}
+            for pos, n in enumerate(names):
+                if n in elsewhere or names.count(n) > 1:
+                    cols.discard(pos)
+            args = {v.name: E.Arg(v.type, pos) for pos, v in enumerate(atom.vars)}
+            for c in local:
+                g = E.rename(c, args)
+                if g not in guards:
+                    guards.append(g)
+    keep = tuple(g for g in guards if {n.index for n in E.walk(g) if isinstance(n, E.Arg)}
+                 & cols)
+    return frozenset(cols), keep
+
+
 def _in_place(stmt: Stmt, cols: frozenset[int]) -> Stmt | None:
     """The statement of an insert rewritten for an in-place update: Π f(new) − Π f(old)."""
     with_args = [f for f in stmt.factors if E.has_args(f)]
     reads = {n.index for f in with_args for n in E.walk(f) if isinstance(n, E.Arg)}
     if not reads & cols:
         return None  # a change of value-only columns leaves this contribution unchanged
-
-    def old(e: E.Expr) -> E.Expr:
-        return E.substitute(e, lambda n: E.Arg(n.type, n.index, 1) if isinstance(n, E.Arg)
-                            else None)
 
     def prod(fs: Sequence[E.Expr]) -> E.Expr:
         out = fs[0]
@@ -392,7 +441,7 @@ def _in_place(stmt: Stmt, cols: frozenset[int]) -> Stmt | None:
         return out
 
     p = prod(with_args)
-    diff = E.Arith("float", "-", p, old(p))
+    diff = E.Arith("float", "-", p, E.old_tuple(p))
     rest = tuple(f for f in stmt.factors if not E.has_args(f))
     return Stmt(stmt.target, stmt.keys, stmt.coef, stmt.guards, stmt.loops, stmt.conds,
                 (diff,) + rest)
@@ -444,6 +493,7 @@ def compile_program(q: FreshQuery, catalog: Catalog, depth: int | None = None) -
     maps = tuple(c.maps.values())
     order = {m.name: m.order for m in maps}
     inplace: dict[str, frozenset[int]] = {}
+    filtered = {t: _filter_only(maps, t, len(tables[t].types)) for t in q.tables}
     for t in q.tables:
         for k in ("insert", "delete"):
             triggers[t][k].sort(key=lambda s: -order[s.target])
@@ -454,7 +504,7 @@ def compile_program(q: FreshQuery, catalog: Catalog, depth: int | None = None) -
                                                  for st in triggers[t]["insert"]) if s]
     return Program(q, depth, tuple(tables.values()), maps,
                    {t: {k: tuple(v) for k, v in ks.items()} for t, ks in triggers.items()},
-                   tuple(recompute), inplace, count_map, tuple(agg_maps))
+                   tuple(recompute), inplace, count_map, tuple(agg_maps), filtered)
 
 
 # ----------------------------------------------------------------------------- stages

@@ -162,6 +162,12 @@ class _Scope:
         raise UnsupportedSQL("column reference", f"cannot resolve {table}.{column}")
 
 
+def _own_aggregate(e: exp.Expr) -> bool:
+    """An aggregate call of this query level (not one inside a subquery)."""
+    return any(isinstance(n, exp.AggFunc) for n in e.walk(
+        prune=lambda n: isinstance(n, exp.Subquery | exp.Select) and n is not e))
+
+
 def _outer_reference(query: exp.Expr, scope: _Scope) -> str | None:
     """A qualified column of ``query`` naming no source of its own but one of an enclosing
     query (``scope`` and its outer scopes), as ``alias.column``."""
@@ -359,7 +365,8 @@ class _Converter:
                 raise UnsupportedSQL("JOIN USING", "could not be resolved")  # qualify rewrites it
         where = s.args.get("where")
         pool = [f for c in A.conjuncts(where.this if where else None) for f in _factor_or(c)]
-        pool = [unnest.quantified(c, self.fresh) or c for c in pool]
+        pool = [unnest.quantified(c, self.fresh) or unnest.exists_one_row(c) or c
+                for c in pool]
         own = unnest.own_aliases(s)
         scalars: list[exp.Expr] = []
         padded: list[unnest.Unnested] = []  # joined LEFT after the rest, read above
@@ -375,10 +382,17 @@ class _Converter:
             pool += list(u.joins)
             scalars += list(u.sources)
         items_out = []
+        grouped = s.args.get("group") is not None or any(
+            _own_aggregate(i) for i in s.expressions)
         for item in s.expressions:  # SELECT items: their subqueries' rows joined LEFT
             if unnest.scalar_subqueries(item):
                 u = unnest.scalar(item, own, self.fresh, padded=True,
                                   outer_sources=unnest.own_sources(s))
+                if grouped and not u.joins and all(  # one row whatever the groups:
+                        q.find_ancestor(exp.AggFunc) is None  # joined above γ
+                        for q in unnest.scalar_subqueries(item)):
+                    items_out.append(item)
+                    continue
                 padded.append(dataclasses.replace(u, conjunct=exp.true()))
                 item = u.conjunct
             items_out.append(item)
@@ -556,8 +570,8 @@ class _Converter:
         nested = isinstance(sub, exp.Select) and any(
             q is not sub for q in sub.find_all(exp.Select))
         if not isinstance(sub, exp.Select) or sub.args.get("group") or sub.args.get(
-                "having") or sub.find(exp.AggFunc) or sub.args.get("distinct") or (
-                nested and _outer_reference(sub, scope) is None):
+                "having") or any(_own_aggregate(x) for x in sub.expressions) or sub.args.get(
+                "distinct") or (nested and _outer_reference(sub, scope) is None):
             try:
                 right, names = self.query(sub, None)
             except UnsupportedSQL as e:
@@ -633,16 +647,28 @@ class _Converter:
     def select_list(self, s: exp.Select, node: A.Node, scope: _Scope
                     ) -> tuple[A.Node, list[str]]:
         items = list(s.expressions)
-        for i in items:
-            if i.find(exp.Select):
-                raise UnsupportedSQL("scalar subquery", "subqueries in the SELECT list are "
-                                     "not maintained; join the subquery in FROM instead")
         names = [i.alias_or_name for i in items]
         group = s.args.get("group")
         having_sql = s.args.get("having")
         having = having_sql.this if having_sql is not None else None
-        # HAVING's scalar subqueries: uncorrelated one-row aggregates, joined above γ
+        # uncorrelated scalar subqueries of a grouped SELECT list and of HAVING: one-row
+        # aggregates, joined above γ
         scalars: list[A.Node] = []
+        if any(i.find(exp.Select) for i in items):
+            read = []
+            for i in items:
+                if unnest.scalar_subqueries(i):
+                    u = unnest.scalar(i, unnest.own_aliases(s), self.fresh)
+                    assert not u.joins  # correlated ones were joined LEFT below
+                    scalars += [self.source(src, scope) for src in u.sources]
+                    i = u.conjunct
+                if i.find(exp.Select):
+                    raise UnsupportedSQL("scalar subquery", "subqueries in the SELECT list "
+                                         "are not maintained; join the subquery in FROM")
+                read.append(i)
+            items = read
+            s = s.copy()
+            s.set("expressions", items)
         if having is not None and having.find(exp.Select):
             parts = []
             for c in A.conjuncts(having):

@@ -159,6 +159,37 @@ def quantified(conjunct: exp.Expr, fresh: Callable[[str], str]) -> exp.Expr | No
 # -- scalar aggregate subqueries ----------------------------------------------------------
 
 
+def exists_one_row(conjunct: exp.Expr) -> exp.Expr | None:
+    """``EXISTS (SELECT … FROM (SELECT <aggregates> FROM … WHERE …) n WHERE φ)`` → φ with n's
+    columns read as scalar subqueries: an aggregate without GROUP BY has exactly one row, so
+    the EXISTS holds when φ does over it (DBToaster's ``r_existsnestedagg``). None when
+    ``conjunct`` is not of that shape."""
+    e = conjunct.this if isinstance(conjunct, exp.Paren) else conjunct
+    if not isinstance(e, exp.Exists) or not isinstance(e.this, exp.Select):
+        return None
+    sub = e.this
+    from_ = sub.args.get("from_") or sub.args.get("from")
+    if from_ is None or sub.args.get("joins") or not isinstance(from_.this, exp.Subquery):
+        return None
+    inner = from_.this.this
+    if not isinstance(inner, exp.Select) or any(inner.args.get(a) for a in (
+            "group", "having", "distinct", "limit")) or not inner.expressions or not all(
+            x.find(exp.AggFunc) for x in inner.expressions):
+        return None
+    alias = from_.this.alias_or_name
+    values = {x.alias_or_name: x.unalias() for x in inner.expressions}
+    where = sub.args.get("where")
+    if where is None:
+        return None  # EXISTS over one row: true; left to the general path
+    phi = where.this.copy()
+    for col in list(phi.find_all(exp.Column)):
+        if col.table == alias and col.name in values:
+            one = inner.copy()
+            one.set("expressions", [values[col.name].copy()])
+            col.replace(exp.Subquery(this=one))
+    return phi
+
+
 def scalar_subqueries(e: exp.Expr) -> list[exp.Subquery]:
     """The outermost subqueries of ``e`` used as values (not IN / EXISTS / ANY / ALL)."""
     out: list[exp.Subquery] = []

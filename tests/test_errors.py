@@ -27,8 +27,8 @@ REFUSED = [
     ("SELECT pid, now() AS t FROM parts", "CURRENT_TIMESTAMP"),
     ("SELECT pid, clock_timestamp() AS t FROM parts", "clock_timestamp"),
     ("SELECT pid FROM parts WHERE price > random()", "RAND"),
-    ("SELECT did, (SELECT max(price) FROM parts) AS m FROM devices_parts GROUP BY did",
-     "ungrouped column"),
+    ("SELECT dp.did, (SELECT max(p.price) FROM parts p WHERE p.pid = dp.did) AS m "
+     "FROM devices_parts dp GROUP BY dp.did", "ungrouped column"),
     ("SELECT p.pid FROM parts p WHERE p.price > (SELECT count(DISTINCT q.price) FROM parts q)",
      "DISTINCT aggregate in a scalar subquery"),
     ("SELECT p.pid FROM parts p, devices d WHERE p.price > (SELECT avg(q.price) FROM parts q "
@@ -54,9 +54,10 @@ REFUSED = [
      "(SELECT sum(q.price) FROM parts q WHERE q.pid = p.pid)",
      "correlated scalar subquery in HAVING"),
     # D3: a correlated derived table, named as such (was "cannot resolve")
-    ("SELECT p1.pid FROM parts p1 WHERE EXISTS (SELECT 1 FROM (SELECT sum(p2.price) AS s "
-     "FROM parts p2 WHERE p2.pid = p1.pid) n1 WHERE p1.price < n1.s)",
-     "correlated aggregate subquery"),
+    # (a one-row aggregate there is read as a comparison with it; a grouped one is not)
+    ("SELECT p1.pid FROM parts p1 WHERE EXISTS (SELECT 1 FROM (SELECT p2.pid, sum(p2.price) "
+     "AS s FROM parts p2 WHERE p2.pid = p1.pid GROUP BY p2.pid) n1 WHERE p1.price < n1.s)",
+     "correlated subquery in FROM"),
 ]
 
 

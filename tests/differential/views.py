@@ -479,6 +479,42 @@ VIEWS: tuple[ViewDef, ...] = (
         """,
         ("COUNT subquery correlated by an equality and a non-equality, padded",),
     ),
+    ViewDef(
+        "orders_exists_one_row",
+        "orders",
+        """
+        SELECT o.orderkey, o.status
+        FROM orders o
+        WHERE EXISTS (SELECT 1 FROM (SELECT sum(l.quantity) AS q FROM lineitem l
+                                     WHERE l.orderkey = o.orderkey) n
+                      WHERE n.q > 12)
+        """,
+        ("EXISTS over a correlated one-row aggregate (a comparison with it)",),
+    ),
+    ViewDef(
+        "orders_grouped_scalar_item",
+        "orders",
+        """
+        SELECT o.status, (SELECT count(*) FROM lineitem l) * count(*) AS x, sum(o.orderdate) AS d
+        FROM orders o
+        GROUP BY o.status
+        """,
+        ("uncorrelated scalar subquery in a grouped SELECT list (joined above γ)",),
+    ),
+    ViewDef(
+        "orders_not_exists_derived",
+        "orders",
+        """
+        SELECT t.orderkey, t.q
+        FROM (SELECT l.orderkey, sum(l.quantity) AS q FROM lineitem l GROUP BY l.orderkey) t
+        WHERE NOT EXISTS (SELECT 1
+                          FROM (SELECT l2.orderkey, sum(l2.quantity) AS q
+                                FROM lineitem l2 GROUP BY l2.orderkey) t2
+                          WHERE t2.q > t.q)
+        """,
+        ("NOT EXISTS over an aggregate derived table, correlated in its WHERE (TPC-H Q15 as "
+         "DBToaster writes it)",),
+    ),
     # ----------------------------------------------------------------- (d) set operations
     ViewDef(
         "setops_union",

@@ -38,6 +38,10 @@ NESTED = [
      "where o.o_orderkey in (select l.l_orderkey from lineitem l where l.l_extendedprice > "
      "(select avg(l2.l_extendedprice) from lineitem l2 where l2.l_orderkey = l.l_orderkey)) "
      "group by o.o_shippriority"),
+    ("exists_one_row", "chain", "select r.b, count(*) as n from r where exists (select 1 from "
+     "(select sum(s.c) as q from s where s.b = r.b) n where n.q > 3) group by r.b"),
+    ("grouped_scalar_item", "chain", "select r.b, (select count(*) from s) * count(*) as x "
+     "from r group by r.b"),
     ("vwap", "book", "select sum(b1.price * b1.volume) as vwap from bids b1 "
      "where 0.25 * (select sum(b3.volume) from bids b3) "
      "> (select sum(b2.volume) from bids b2 where b2.price > b1.price)"),

@@ -21,7 +21,8 @@ def _tree(root: Path) -> None:
         "/* it's a comment; with a quote */\nINCLUDE 'test/queries/simple/schema.sql';\n"
         "-- a comment\nSELECT r.A, SUM(r.B) FROM R r GROUP BY r.A;\n"
         "SELECT * FROM R r1, R r2 WHERE r1.A = r2.B;\n"
-        "SELECT LISTMAX(r.A, 1) AS m FROM R r WHERE r.B > ALL (SELECT q.A FROM R q);\n")
+        "SELECT LISTMAX(r.A, 1) AS m FROM R r WHERE r.B > ALL (SELECT q.A FROM R q);\n"
+        "SELECT make_me_an_int(r.A) AS m FROM R r;\n")
     (q / "finance" / "vwap.sql").write_text(
         "CREATE STREAM bids(t FLOAT, id INT, broker_id INT, volume FLOAT, price FLOAT)\n"
         "  FROM FILE 'f.csv' LINE DELIMITED orderbook (book := 'bids');\n"
@@ -33,15 +34,38 @@ def _tree(root: Path) -> None:
 def test_suite_counts_and_legitimate_refusals(pg_dsn: str, tmp_path: Path) -> None:
     _tree(tmp_path)
     [f] = [f for f in dbt_suite.load(tmp_path) if f.name == "two"]
-    assert "PRIMARY KEY (a, b)" in f.ddl and len(f.queries) == 3
+    assert "PRIMARY KEY (a, b)" in f.ddl and len(f.queries) == 4
     [v] = dbt_suite.load(tmp_path, ("finance",))
     assert "PRIMARY KEY (id)" in v.ddl and "double precision" in v.ddl
     summary = dbt_suite.run(tmp_path, pg_dsn, tmp_path / "out", Console(file=None, width=120,
                                                                          quiet=True))
-    assert summary["queries"] == 4  # schema.sql only declares
+    assert summary["queries"] == 5  # schema.sql only declares
     by = {r["query"]: r for r in json.loads(
         (tmp_path / "out" / "dbt_suite.json").read_text())["queries"]}
     assert by["two#1"]["status"] == "accepted"
     assert by["two#2"]["status"] == "refused: not a view (duplicate output columns)"
-    assert by["two#3"]["status"] == "refused: PostgreSQL rejects it"  # no LISTMAX there
+    assert by["two#3"]["status"] == "accepted"  # LISTMAX is GREATEST
+    assert by["two#3"]["dialect_rewritten"] == ["LISTMAX"]
+    assert by["two#4"]["status"] == "refused: PostgreSQL rejects it"  # an external function
     assert by["vwap"]["status"] == "accepted"  # its non-equality correlation: a magic set
+
+
+def test_dbtoaster_dialect_is_rewritten_to_the_sql_it_means(pg_dsn: str) -> None:
+    import psycopg
+
+    q, applied = dbt_suite.to_postgres(
+        "SELECT cast_int(23.5) AS i, cast_int(-2.5) AS j, cast_float('19.2') AS f, "
+        "cast_date('1998-12-19') AS d, LISTMAX(1, 3) AS hi, LISTMIN(1, 3) AS lo, "
+        "SUBSTRING('13-555', 0, 2) AS cc, 2 IN LIST (1, 2) AS yes, NOT 2 IN LIST (1, 2) AS no")
+    assert applied == ("CAST_DATE", "CAST_FLOAT", "CAST_INT", "IN LIST", "LISTMAX", "LISTMIN",
+                       "SUBSTRING from 0")
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(q.encode()).fetchone()
+    assert row is not None
+    assert [str(v) for v in row] == ["23", "-2", "19.2", "1998-12-19", "3", "1", "13", "True",
+                                     "False"]
+    assert dbt_suite.to_postgres("SELECT COUNT(DISTINCT) FROM R WHERE R.A > 1") == (
+        "SELECT COUNT(*) FROM (SELECT DISTINCT * FROM R WHERE R.A > 1) AS d",
+        ("COUNT(DISTINCT) of rows",))
+    plain = "SELECT r.a FROM r WHERE r.a IN (1, 2)"
+    assert dbt_suite.to_postgres(plain) == (plain, ())  # untouched: the suite's own text

@@ -67,5 +67,16 @@ def test_dbtoaster_dialect_is_rewritten_to_the_sql_it_means(pg_dsn: str) -> None
     assert dbt_suite.to_postgres("SELECT COUNT(DISTINCT) FROM R WHERE R.A > 1") == (
         "SELECT COUNT(*) FROM (SELECT DISTINCT * FROM R WHERE R.A > 1) AS d",
         ("COUNT(DISTINCT) of rows",))
+    atoi, cos, other = (dbt_suite._external(f"CREATE FUNCTION {f} (x string) RETURNS int AS "
+                                            f"EXTERNAL '{c}'")
+                        for f, c in (("to_int", "ATOI"), ("c", "cos"), ("mine", "MYLIB_FN")))
+    assert atoi is not None and cos is not None and other is not None
+    externals = dict([atoi, cos, other])
+    q, applied = dbt_suite.to_postgres("SELECT to_int('3') AS i, c(0) AS one", externals)
+    assert applied == ("EXTERNAL 'ATOI'", "EXTERNAL 'COS'")
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(q.encode()).fetchone() == (3, 1.0)
+    # an external idivm does not know stays as written: PostgreSQL rejects it, by its name
+    assert dbt_suite.to_postgres("SELECT mine(1) AS m", externals) == ("SELECT mine(1) AS m", ())
     plain = "SELECT r.a FROM r WHERE r.a IN (1, 2)"
     assert dbt_suite.to_postgres(plain) == (plain, ())  # untouched: the suite's own text

@@ -8,10 +8,13 @@ every column elsewhere (a key of the whole row: the relation becomes a set, the 
 as they are). DBToaster's dialect is rewritten to the SQL it means before anything reads the
 query (``to_postgres``): ``x IN LIST (…)`` is ``x IN (…)``, ``LISTMAX``/``LISTMIN`` are
 ``GREATEST``/``LEAST``, ``COUNT(DISTINCT)`` counts distinct rows, ``cast_int`` truncates,
-``cast_float``/``cast_date``/``cast_string`` are casts, and ``SUBSTRING(s, start, n)`` counts
-from 0. Each SELECT is then planned; a refusal is *legitimate* when PostgreSQL itself rejects
-the query (an external function, an aggregate in WHERE, …) or when the query cannot be a view
-(duplicate output column names).
+``cast_float``/``cast_date``/``cast_string`` are casts, ``SUBSTRING(s, start, n)`` counts
+from 0, and a function declared ``CREATE FUNCTION f (…) RETURNS t AS EXTERNAL 'ATOI'`` is the C
+library function it names (``atoi``/``atol``/``atof``: a cast to ``t``; ``sqrt``, ``cos``, …: the
+SQL function of that name; any other external stays as written). Each SELECT is then
+planned; a refusal is *legitimate* when PostgreSQL itself rejects the query (an unknown
+external function, an aggregate in WHERE, …) or when the query cannot be a view (duplicate
+output column names).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import random
 import re
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -107,10 +111,46 @@ def _table(stmt: str, group: str) -> str:
 
 
 _CASTS = {"CAST_FLOAT": "DOUBLE PRECISION", "CAST_DATE": "DATE", "CAST_STRING": "TEXT"}
+# C library functions a query may declare as EXTERNAL, and the SQL that means them: the string
+# conversions cast to the declared type, the math functions are PostgreSQL's of the same meaning.
+_C_PARSE = ("ATOI", "ATOL", "ATOLL", "ATOF", "STRTOD")
+_C_MATH = {"SQRT": "SQRT", "COS": "COS", "SIN": "SIN", "TAN": "TAN", "EXP": "EXP", "LOG": "LN",
+           "LOG10": "LOG", "FLOOR": "FLOOR", "CEIL": "CEIL", "FABS": "ABS", "POW": "POWER"}
 
 
-def _dialect_rewrite(node: exp.Expression, applied: set[str]) -> exp.Expression:
+@dataclass(frozen=True)
+class External:
+    """``CREATE FUNCTION name (…) RETURNS returns AS EXTERNAL 'symbol'``."""
+    symbol: str
+    returns: str
+
+
+def _external(stmt: str) -> tuple[str, External] | None:
+    m = re.match(r"CREATE\s+FUNCTION\s+(\w+)\s*\(.*?\)\s*RETURNS\s+(\w+(?:\s+\w+)?)\s+AS\s+"
+                 r"EXTERNAL\s+'(\w+)'\s*$", stmt, flags=re.IGNORECASE | re.DOTALL)
+    if m is None:
+        return None
+    return m.group(1).lower(), External(m.group(3).upper(),
+                                        TYPES.get(m.group(2).lower(), m.group(2)))
+
+
+def _call_external(ext: External, args: list[exp.Expression]) -> exp.Expression | None:
+    if ext.symbol in _C_PARSE and len(args) == 1:
+        return exp.cast(args[0], ext.returns)
+    if ext.symbol in _C_MATH:
+        return exp.Anonymous(this=_C_MATH[ext.symbol], expressions=args)
+    return None
+
+
+def _dialect_rewrite(node: exp.Expression, applied: set[str],
+                     externals: Mapping[str, External]) -> exp.Expression:
     """One node of DBToaster's dialect as the PostgreSQL expression it means."""
+    if isinstance(node, exp.Anonymous) and node.name.lower() in externals:
+        ext = externals[node.name.lower()]
+        call = _call_external(ext, list(node.expressions))
+        if call is not None:
+            applied.add(f"EXTERNAL '{ext.symbol}'")
+            return call
     if isinstance(node, exp.In) and isinstance(node.args.get("field"), exp.List):
         applied.add("IN LIST")
         return exp.In(this=node.this, expressions=node.args["field"].expressions)
@@ -143,12 +183,13 @@ def _dialect_rewrite(node: exp.Expression, applied: set[str]) -> exp.Expression:
     return node
 
 
-def to_postgres(query: str) -> tuple[str, tuple[str, ...]]:
+def to_postgres(query: str, externals: Mapping[str, External] | None = None
+                ) -> tuple[str, tuple[str, ...]]:
     """``query`` in DBToaster's dialect as PostgreSQL SQL, and the dialect forms rewritten
-    (none: the text is returned as it is)."""
+    (none: the text is returned as it is); ``externals`` are the functions its file declares."""
     applied: set[str] = set()
     tree = sqlglot.parse_one(query, read="postgres")
-    out = tree.transform(lambda n: _dialect_rewrite(n, applied))
+    out = tree.transform(lambda n: _dialect_rewrite(n, applied, externals or {}))
     if not applied:
         return query, ()
     return out.sql(dialect="postgres"), tuple(sorted(applied))
@@ -160,11 +201,14 @@ def load(root: Path, groups: tuple[str, ...] = GROUPS) -> list[SuiteFile]:
         for path in sorted((root / "test" / "queries" / group).glob("*.sql")):
             text = _resolve(_strip_comments(path.read_text()), root)
             ddl, queries = [], []
+            externals: dict[str, External] = {}
             for stmt in _statements(text):
                 if re.match(r"CREATE\s+(STREAM|TABLE)", stmt, flags=re.IGNORECASE):
                     ddl.append(_table(stmt, group))
+                elif (ext := _external(stmt)) is not None:
+                    externals[ext[0]] = ext[1]
                 elif re.match(r"SELECT\b", stmt, flags=re.IGNORECASE):
-                    queries.append(to_postgres(stmt))
+                    queries.append(to_postgres(stmt, externals))
             if queries:
                 out.append(SuiteFile(group, path.stem, ";\n".join(ddl), tuple(queries)))
     return out

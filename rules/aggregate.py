@@ -63,7 +63,9 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
     return node, NodeInfo(
         ids=node.keys, scan_ids={}, equiv=(), fds=((frozenset(node.keys),
                                                      frozenset(node.columns)),),
-        lineage=lineage, nullable=nullable, carry=node.columns, multivalued=False, types=types)
+        lineage=lineage, nullable=nullable, carry=node.columns, multivalued=False, types=types,
+        output_carry=tuple(k for k in node.columns if k not in node.keys),
+        one_row=not node.group_by)
 
 
 def _delta(node: A.Aggregate, child: int) -> exp.Select:

@@ -14,8 +14,11 @@ from idivm.planner.ruleapi import (
     and_all,
     c,
     closure,
+    is_true,
+    match,
     merge_equiv,
     minimize_key,
+    not_true,
     select,
 )
 from idivm.render import Flat, Renderer
@@ -68,10 +71,56 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     x_side = A.referenced(node.predicate) & set(side.columns)
     if not x_side & set(s.post):
         return [ctx.passthrough(d, nid, f"Table 10 ⋈: Δu_{sym} on non-join attributes passes")]
+    if ctx.info(side.nid).one_row:
+        flips = _flips(ctx, node, idx, d)
+        if flips is not None:
+            return flips
     dele = ctx.ids_only_delete(d, nid, f"Table 10 ⋈: Δu_{sym} on join attributes → Δ- by IDs")
     ins = ctx.emit("ins", nid, ctx.info(nid).ids, _join_other(ctx, node, idx, d, "f", fetch=True),
                    f"Table 10 ⋈: Δ+ = (Input_{sym}_post ⋉_I Δu) ⋈_φ Input_other_post", [d])
     return [dele, ins]
+
+
+def _flips(ctx: RuleContext, node: A.Join, idx: int, d: DiffNode) -> list[DiffNode] | None:
+    """Δu of a one-row side (an uncorrelated scalar subquery's value) on join attributes: only
+    the rows whose φ flips change — Δ- where φ held before and not after, Δ+ where it holds
+    only after (both over Input_other_post), and the rows where φ holds throughout take the
+    new values as a Δu by the side's IDs (a projection above drops it when it keeps none of
+    them). None when the i-diff lacks a pre-value φ reads (the general rule applies)."""
+    side, other = node.children[idx], node.children[1 - idx]
+    s, sym = d.schema, "l" if idx == 0 else "r"
+    mine = A.referenced(node.predicate) & set(side.columns)
+    if any(x in s.post and ctx.pre_val(d, x, "i") is None for x in mine):
+        return None
+    o = {k: c(k, "o") for k in other.columns}
+    post = {k: c(k, "f") for k in side.columns}
+    pre = {k: ctx.pre_val(d, k, "i") if k in s.post else c(k, "f") for k in side.columns}
+    assert node.predicate is not None
+    phi_post = ctx.bind(node.predicate, {**o, **post})
+    phi_pre = ctx.bind(node.predicate, {**o, **pre})
+    assert phi_post is not None and phi_pre is not None
+
+    def rows(items: list[tuple[str, A.exp.Expr]], now: A.exp.Expr, was: A.exp.Expr,
+             distinct: bool = False) -> A.exp.Select:
+        q = select(items, ctx.fetch("post", side.nid, d, "f"), distinct=distinct)
+        nullable = ctx.info(side.nid).nullable
+        q = q.join(ctx.rel(d, "i"), on=match([(k, k) for k in s.ids], "f", "i",
+                                             {k: True for k in s.ids if nullable.get(k, True)}))
+        return q.join(ctx.state("post", other.nid, "o"), on=and_all([is_true(now),
+                                                                     not_true(was)]))
+
+    ids = ctx.info(node.nid).ids
+    where = {k: "o" if k in other.columns else "f" for k in node.columns}
+    dele = ctx.emit("del", node.nid, ids, rows([(k, c(k, where[k])) for k in ids], phi_pre,
+                                                phi_post, distinct=True),
+                    f"⋈ over a one-row {sym}: Δu_{sym} on join attributes → Δ- where φ stops "
+                    "holding", [d])
+    ins = ctx.emit("ins", node.nid, ids, rows([(k, c(k, where[k])) for k in node.columns],
+                                              phi_post, phi_pre),
+                   f"⋈ over a one-row {sym}: Δ+ where φ starts holding ⋈ Input_other_post", [d])
+    upd = ctx.passthrough(d, node.nid, f"⋈ over a one-row {sym}: Δu_{sym} passes to the rows "
+                                       "where φ holds throughout")
+    return [dele, ins, upd]
 
 
 def _join_other(ctx: RuleContext, node: A.Join, idx: int, d: DiffNode, alias: str,

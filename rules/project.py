@@ -93,6 +93,8 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
         carry=tuple(dict.fromkeys(m[x] for x in ci.carry)),
         multivalued=ci.multivalued,
         types=types,
+        output_carry=tuple(dict.fromkeys(m[x] for x in ci.output_carry)),
+        one_row=ci.one_row,
     )
 
 
@@ -164,5 +166,5 @@ def fresh(f: Flattener, node: A.Node) -> None:
 
 
 RULE = OperatorRule(op=A.Project, paper="Table 8", infer=infer, propagate=propagate,
-                    tuple_safe=True, render=render, fresh=fresh)
+                    tuple_safe=True, render=render, fresh=fresh, keeps_output=True)
 

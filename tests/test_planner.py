@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import sqlglot
 from idivm.rules import registry
 from sqlglot import exp
@@ -124,6 +126,19 @@ def test_correlated_scalar_subquery_becomes_a_grouped_aggregate_joined_in() -> N
     assert len(agg.group_by) == 1 and agg.aggs[0].func == "avg"
     join = next(n for n in A.walk(p.root) if isinstance(n, A.Join))
     assert [e for e in A.equalities(join.predicate) if "o__custkey" in e]  # an equi-join
+
+
+def test_a_changed_uncorrelated_scalar_changes_only_the_rows_whose_predicate_flips() -> None:
+    p = idivm.plan("SELECT o.orderkey FROM orders o WHERE o.qty > "
+                   "(SELECT avg(o2.qty) FROM orders o2)", ORDERS)
+    rules = set(re.findall(r"-- ∘ ([^\n\[]*?)\s*(?:\[|\(×|$)", p.script_text(), re.M))
+    assert "⋈ over a one-row r: Δ+ where φ starts holding ⋈ Input_other_post" in rules
+    assert any(r.startswith("⋈ over a one-row r: Δu_r on join attributes → Δ- where φ stops")
+               for r in rules)
+    # the general rule (delete every joined row by IDs, re-insert it) is left to the outer
+    # side's own updates; the scalar's value is not stored in the view
+    assert "Table 10 ⋈: Δu_r on join attributes → Δ- by IDs" not in rules
+    assert not any("avg" in col for col in p.store.columns)
 
 
 def test_any_all_become_semi_and_antijoins() -> None:

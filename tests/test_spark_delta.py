@@ -120,7 +120,7 @@ def _lake(spark: Any, tmp_path: Path, schema_key: str, seed: int) -> DeltaLake:
     ("orders", ["orders_revenue", "orders_big_orders", "orders_left_join_counts",
                 "orders_right_full_join", "orders_scalar_correlated", "orders_scalar_having",
                 "orders_scalar_theta", "orders_exists_one_row", "orders_grouped_scalar_item",
-                "orders_not_exists_derived"]),
+                "orders_not_exists_derived", "orders_scalar_flip", "orders_scalar_flip_grouped"]),
 ])
 def test_views_over_attached_delta_tables(spark: Any, tmp_path: Path, schema_key: str,
                                           views: list[str]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.model import NodeInfo
@@ -20,7 +22,16 @@ def infer_ids(root: A.Node, catalog: Catalog) -> tuple[A.Node, dict[int, NodeInf
             new = go(child)
             if new is not child:
                 node = A.replace_child(node, i, new)
-        node, info = rule_for(node).infer(node, [infos[c.nid] for c in node.children], catalog)
+        rule = rule_for(node)
+        node, info = rule.infer(node, [infos[c.nid] for c in node.children], catalog)
+        if not rule.keeps_output:  # an aggregate's Output below is cached, not read through
+            below = [infos[c.nid].output_carry for c in node.children]
+            own = () if info.output_carry in below else info.output_carry  # (a γ's own)
+            keep = set(own) | set(info.ids)
+            inherited = {x for b in below for x in b}
+            info = dataclasses.replace(
+                info, carry=tuple(x for x in info.carry if x not in inherited or x in keep),
+                output_carry=own)
         infos[node.nid] = info
         return node
 

@@ -39,6 +39,11 @@ class NodeInfo:
     carry: tuple[str, ...]  # columns every projection above must keep
     multivalued: bool  # a many-to-many join below: no intermediate cache (§4 footnote 6)
     types: Mapping[str, str | None]  # SQL type where known (copies of base columns)
+    # of ``carry``, the columns kept only so that an aggregate's Output below can be read
+    # through projections (the view as the aggregate's cache): an operator that is no
+    # projection has the aggregate cached below it and drops them
+    output_carry: tuple[str, ...] = ()
+    one_row: bool = False  # at most one row (a γ without GROUP BY, and σ/π over it)
 
     def same(self, a: str, b: str) -> bool:
         return a == b or any(a in c and b in c for c in self.equiv)

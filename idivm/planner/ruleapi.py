@@ -60,6 +60,10 @@ class OperatorRule:
     # relation atoms, conditions and column values); None: fresh views refuse it, naming
     # ``fresh_refusal`` (construct, reason)
     fresh_refusal: tuple[str, str] | None = None
+    keeps_output: bool = False
+    # keeps_output: the operator's rows are its input's, renamed (π), so the view read through
+    # it can be the cache of an aggregate below; every other operator drops the columns its
+    # input carries only for that (``NodeInfo.output_carry``)
 
     @property
     def blocking(self) -> bool:

@@ -458,6 +458,30 @@ VIEWS: tuple[ViewDef, ...] = (
          "COUNT(DISTINCT)"),
     ),
     ViewDef(
+        "orders_scalar_flip",
+        "orders",
+        """
+        SELECT l.orderkey, l.linenumber,
+               l.quantity - (SELECT avg(l2.quantity) FROM lineitem l2) AS above
+        FROM lineitem l
+        WHERE l.quantity > (SELECT avg(l3.quantity) FROM lineitem l3 WHERE l3.partno <> 3)
+        """,
+        ("uncorrelated scalar compared with each row: only the rows whose predicate flips "
+         "change", "uncorrelated scalar in an expression of the SELECT list"),
+    ),
+    ViewDef(
+        "orders_scalar_flip_grouped",
+        "orders",
+        """
+        SELECT c.segment, count(*) AS n, sum(c.acctbal) AS total
+        FROM customers c
+        WHERE c.acctbal > (SELECT avg(c2.acctbal) FROM customers c2 WHERE c2.acctbal > 0)
+          AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.custkey = c.custkey)
+        GROUP BY c.segment
+        """,
+        ("uncorrelated scalar over a nullable column under γ and ▷ (TPC-H Q22's shape)",),
+    ),
+    ViewDef(
         "orders_scalar_theta",
         "orders",
         """

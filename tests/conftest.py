@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import psycopg
 import pytest
 from psycopg import sql
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+T = TypeVar("T")
 START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
 
@@ -45,6 +47,20 @@ def drop_schemas(dsn: str, *schemas: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for schema in schemas:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def at_two_sizes(dsn: str, schema: str, run: Callable[[str, str, int], T], small: int,
+                 big: int) -> tuple[T, T]:
+    """``run(dsn, schema, n)`` at ``small`` in ``schema`` and at ``big`` in a second schema
+    (dropped afterwards with its companion): plan-shape tests compare the two."""
+    first = run(dsn, schema, small)
+    big_schema = f"{schema}_big"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(big_schema)))
+    try:
+        return first, run(dsn, big_schema, big)
+    finally:
+        drop_schemas(dsn, big_schema, f"{big_schema}__idivm")
 
 
 @pytest.fixture

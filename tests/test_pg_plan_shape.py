@@ -76,16 +76,9 @@ def one_change_reads(dsn: str, schema: str, links: int) -> dict[str, Counter[str
 
 def test_one_change_reads_a_constant_number_of_stored_rows(pg_dsn: str, pg_schema: str
                                                             ) -> None:
-    from tests.conftest import drop_schemas
+    from tests.conftest import at_two_sizes
 
-    small = one_change_reads(pg_dsn, pg_schema, 20_000)
-    big_schema = f"{pg_schema}_big"
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(big_schema)))
-    try:
-        big = one_change_reads(pg_dsn, big_schema, 200_000)
-    finally:
-        drop_schemas(pg_dsn, big_schema, f"{big_schema}__idivm")
+    small, big = at_two_sizes(pg_dsn, pg_schema, one_change_reads, 20_000, 200_000)
     for view in VIEWS:
         # at the larger size no stored relation is small enough for a whole scan to be cheaper
         scans = {k: n for k, n in big[view].items() if k.endswith("seq_scan") and n}

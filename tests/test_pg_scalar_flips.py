@@ -65,16 +65,9 @@ def one_change_writes(dsn: str, schema: str, n: int) -> dict[str, int]:
 
 def test_a_changed_scalar_rewrites_only_the_rows_whose_predicate_flips(
         pg_dsn: str, pg_schema: str) -> None:
-    from tests.conftest import drop_schemas
+    from tests.conftest import at_two_sizes
 
-    small = one_change_writes(pg_dsn, pg_schema, 2_000)
-    big_schema = f"{pg_schema}_big"
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(big_schema)))
-    try:
-        big = one_change_writes(pg_dsn, big_schema, 20_000)
-    finally:
-        drop_schemas(pg_dsn, big_schema, f"{big_schema}__idivm")
+    small, big = at_two_sizes(pg_dsn, pg_schema, one_change_writes, 2_000, 20_000)
     # above_avg: one row out, one in; by segment: the (at most two) groups they fall in
     for view, most in (("above_avg", 2), ("above_avg_by_seg", 2)):
         assert small[view] <= most and big[view] <= most, (view, small, big)

@@ -12,15 +12,16 @@ the same catalog and the same change feed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from psycopg import sql
-from sqlglot import exp
 
 from idivm.catalog import Catalog
 from idivm.errors import IdivmError
 from idivm.fresh import FreshView
+from idivm.postgres.changelog import HAS_POST, HAS_PRE
 
 Mode = Literal["deferred", "fresh"]
 
@@ -104,8 +105,10 @@ class Pipeline:
             changelog.advance(pg.conn, pg.schema, _feed(name), tables)
 
     def poll(self) -> int:
-        """PostgreSQL: apply the changes committed since each fresh view's watermark (the
-        log rows its last snapshot did not see, in log order)."""
+        """PostgreSQL: apply the changes committed since each fresh view's watermark: the log
+        rows its last snapshot did not see, folded into the net change per key (the log's
+        order is not the order of the row changes when statements nest: cascades, triggers
+        writing the table), handed over as one change-feed version."""
         from idivm.postgres import changelog
 
         if self.postgres is None:
@@ -118,13 +121,13 @@ class Pipeline:
                 for t in f.tables:
                     mark = changelog.snapshot_literal(
                         changelog.watermark(pg.conn, pg.schema, t, _feed(name)))
-                    cols = [changelog.SEQ, changelog.OP, *self.catalog.table(t).column_names]
-                    query = exp.select(*[exp.column(c, quoted=True) for c in cols]).from_(
-                        changelog.log_ref(pg.schema, t)).where(
-                        changelog.pending_predicate(mark)).order_by(
-                        exp.column(changelog.SEQ, quoted=True))
+                    table = self.catalog.table(t)
+                    query = changelog.fold_select(table, changelog.log_ref(pg.schema, t),
+                                                  changelog.pending_predicate(mark))
                     cur = pg.conn.execute(query.sql("postgres"))
-                    rows = [dict(zip(cols, r, strict=True)) for r in cur]
+                    names = [d.name for d in cur.description or ()]
+                    rows = _feed_rows(table.primary_key, table.non_key_columns,
+                                      [dict(zip(names, r, strict=True)) for r in cur])
                     if rows:
                         n += f.view.apply_changes(t, rows)
                 changelog.advance(pg.conn, pg.schema, _feed(name), f.tables)
@@ -150,6 +153,26 @@ class Pipeline:
                 return [tuple(r) for r in pg.conn.execute(sql.SQL("SELECT * FROM {}.{}").format(
                     sql.Identifier(pg.schema), sql.Identifier(name)))]
         return [tuple(r) for r in self.spark.read_view(name).collect()]
+
+
+def _feed_rows(keys: Sequence[str], others: Sequence[str],
+               folded: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Net changes per key (``fold_select``'s rows) as one change-feed version: a key with a
+    pre- and a post-image is an update, one with only a pre-image a delete, one with only a
+    post-image an insert."""
+    out: list[dict[str, Any]] = []
+    for r in folded:
+        def image(suffix: str, r: Mapping[str, Any] = r) -> dict[str, Any]:
+            return {**{k: r[k] for k in keys}, **{c: r[f"{c}{suffix}"] for c in others}}
+
+        pre, post = bool(r[HAS_PRE]), bool(r[HAS_POST])
+        if pre:
+            out.append({**image("__pre"),
+                        "_change_type": "update_preimage" if post else "delete"})
+        if post:
+            out.append({**image("__post"),
+                        "_change_type": "update_postimage" if pre else "insert"})
+    return out
 
 
 def _feed(view: str) -> str:

@@ -8,8 +8,14 @@ view's feed) keeps as its watermark the *snapshot* it last consumed at (registry
 of transactions its snapshot sees and its previous snapshot did not — commit order, not the
 order in which sequence numbers were drawn — and reads the base tables in that same snapshot,
 so no writer is ever locked out and no committed change is lost or consumed twice (the
-PgQ-style queue design). ``__seq`` orders the rows of one key: writers of one row are
-serialized by its row lock, so their log rows are drawn in commit order.
+PgQ-style queue design). The fold of the pending rows does not rely on their order (``__seq``
+is not the order of the row changes when statements nest: cascades, triggers writing the
+table): each row change logs its old and new image exactly once, so the images that do not
+cancel out per key are its row before and after (``fold_select``).
+
+Tables with inheritance children, inheritance children, partitioned tables and partitions are
+refused: a statement naming one of them changes rows of another without firing that one's
+statement triggers.
 
 The log holds the table's key and the columns some view reads; DDL on other columns is
 absorbed. The triggers fire ``ALWAYS`` (also under ``session_replication_role = replica``), a
@@ -27,7 +33,7 @@ import psycopg
 from sqlglot import exp
 
 from idivm.catalog import Table
-from idivm.errors import BackendError, CatalogError
+from idivm.errors import BackendError, CatalogError, UnsupportedSQL
 from idivm.planner.model import fit
 
 __all__ = [
@@ -182,7 +188,7 @@ def _function_bodies(schema: str, table_name: str, columns: Sequence[str]) -> di
     truncated = exp.insert(every, log, columns=[_ident(OP), *[_ident(c) for c in columns]])
     return {
         "ins": f"BEGIN\n  {ins_new};\n  RETURN NULL;\nEND",
-        # Old images first so every 'D' of a statement gets a smaller __seq than its 'I'.
+        # (old images first; the fold does not depend on it)
         "upd": f"BEGIN\n  {ins_old};\n  {ins_new};\n  RETURN NULL;\nEND",
         "del": f"BEGIN\n  {ins_old};\n  RETURN NULL;\nEND",
         # BEFORE TRUNCATE: every row still there is logged as deleted
@@ -237,6 +243,7 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
         )
     # Atomic: a savepoint inside a caller's transaction, else a transaction of its own.
     with conn.transaction():
+        refuse_inheritance(conn, schema, table.name)
         lock_companion(conn, schema)
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(comp)}")
         conn.execute(
@@ -284,6 +291,47 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
             "ON CONFLICT (tbl, view) DO UPDATE SET watermark = EXCLUDED.watermark",
             (table.name, view),
         )
+
+
+INHERITANCE_CHECK = """SELECT c.relkind = 'p', c.relispartition,
+  EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = c.oid),
+  EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
+FROM pg_class c WHERE c.oid = to_regclass(%s)"""
+
+
+def refuse_inheritance(conn: psycopg.Connection, schema: str, table_name: str) -> None:
+    """Refuse a table whose rows other tables' statements change without firing its statement
+    triggers: PostgreSQL's ``SELECT … FROM parent`` reads the children's rows too, and a
+    statement naming a parent (or a partitioned table) fires the statement triggers of the
+    table it names only, never those of its children (or partitions) whose rows it changes.
+    A child created later (``INHERITS``, ``ALTER TABLE … INHERIT``, ``ATTACH PARTITION``) is
+    caught by the catalog fingerprint maintenance checks (``compile.fingerprint_source``)."""
+    row = conn.execute(INHERITANCE_CHECK, (_qualified(schema, table_name),)).fetchone()
+    if row is None:
+        return
+    partitioned, partition, children, parents = row
+    name = f"{schema}.{table_name}"
+    if partitioned:
+        raise UnsupportedSQL(
+            "partitioned table",
+            f"{name} is partitioned: writes straight into a partition fire no statement "
+            "trigger of the partitioned table, so its change log would miss them")
+    if partition:
+        raise UnsupportedSQL(
+            "partition",
+            f"{name} is a partition: writes through its partitioned table fire no statement "
+            "trigger of the partition, so its change log would miss them")
+    if children:
+        raise UnsupportedSQL(
+            "table with inheritance children",
+            f"{name} has inheritance children: PostgreSQL's SELECT … FROM {table_name} reads "
+            "their rows too, and writes to them fire no trigger of the parent (read the parent "
+            "alone with FROM ONLY … is not supported either)")
+    if parents:
+        raise UnsupportedSQL(
+            "inheritance child table",
+            f"{name} inherits from another table: writes through the parent fire no "
+            "statement trigger of the child, so its change log would miss them")
 
 
 def _exists(conn: psycopg.Connection, schema: str, name: str) -> bool:
@@ -434,48 +482,132 @@ def fold_query(table: Table, log: exp.Expr, since: int, upto: int) -> exp.Select
         exp.LTE(this=_col(SEQ), expression=exp.Literal.number(upto))))
 
 
-def fold_select(table: Table, log: exp.Expr, where: exp.Expr) -> exp.Select:
+# Types without an equality operator (no btree or hash operator class): a fold groups their
+# values by their text form, which is exact for these (json and xml keep their input text)
+# and never coarser than the value. Spark's MAP has no equality either.
+_NO_EQUALITY = frozenset({"json", "xml", "point", "line", "lseg", "box", "path", "polygon",
+                          "circle", "map"})
+
+
+def _without_equality(type_name: str) -> bool:
+    t = type_name.strip().lower()
+    while t.endswith("[]"):
+        t = t[:-2].strip()
+    if t.startswith("array<"):
+        t = t[len("array<"):]
+    return t.split("(")[0].split("<")[0].strip() in _NO_EQUALITY
+
+
+def _fail(message: exp.Expr, dialect: str) -> exp.Expr:
+    """A boolean expression that raises ``message`` when evaluated (never constant-folded:
+    the message reads a column). PostgreSQL has no raise function in plain SQL: the cast of
+    the message to an integer fails with it."""
+    if dialect == "spark":
+        return exp.Anonymous(this="raise_error", expressions=[message])
+    return exp.EQ(this=exp.cast(message, exp.DataType.build("INT")),
+                  expression=exp.Literal.number(0))
+
+
+def fold_select(table: Table, log: exp.Expr, where: exp.Expr,
+                dialect: str = "postgres") -> exp.Select:
     """Effective changes per key in the log rows satisfying ``where``.
 
     Columns: key columns, ``c__pre`` per non-key column, ``c__post`` per non-key column,
     ``__has_pre``, ``__has_post``. Keys whose net change is nothing are left out.
+
+    The fold does not depend on the order of the log rows. Statement triggers log in the
+    order statements *end*: a cascade or a row trigger writing the table runs nested
+    statements whose rows are logged before the outer statement's, so ``__seq`` order is not
+    the order of the row changes. But each row change logs its old image ('D') and its new
+    image ('I') exactly once, nested or not (a rolled-back savepoint takes its log rows with
+    it), so per key, as multisets of row images, ``before + ΣI = after + ΣD``: grouped by
+    (key, image) with +1 per 'I' and −1 per 'D', the image counting −1 is the key's row
+    before, the one counting +1 its row after, and the rest cancel. Any other count means
+    the log does not describe the table's changes (logging bypassed, or a key that is not
+    unique): the fold raises "inconsistent change log" rather than return a wrong change.
+    ``dialect`` ("postgres" or "spark") picks only how that error is raised.
     """
     keys = list(table.primary_key)
     if not keys:
         raise CatalogError(f"table {table.name} has no primary key")
     others = list(table.non_key_columns)
+    types = {c.name: c.type for c in table.columns}
+    text = exp.DataType.build("TEXT")
 
-    def window(func: exp.Expr, desc: bool) -> exp.Window:
-        order = exp.Order(expressions=[exp.Ordered(this=_col(SEQ), desc=desc)])
-        return exp.Window(this=func, partition_by=[_col(k) for k in keys], order=order)
+    def grouped(c: str) -> exp.Expr:
+        return exp.cast(_col(c), text) if _without_equality(types[c]) else _col(c)
 
-    first_op, last_op, rn = "__idivm_first_op", "__idivm_last_op", "__idivm_rn"
-    inner = (
+    def window(func: exp.Expr, by: Sequence[exp.Expr], order: exp.Expr | None = None,
+               whole: bool = False) -> exp.Window:
+        w = exp.Window(this=func, partition_by=[e.copy() for e in by])
+        if order is not None:
+            w.set("order", exp.Order(expressions=[exp.Ordered(this=order.copy())]))
+        if whole:
+            w.set("spec", exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
+                                         end="UNBOUNDED", end_side="FOLLOWING"))
+        return w
+
+    net, rn, lo, hi, n = "__idivm_net", "__idivm_rn", "__idivm_lo", "__idivm_hi", "__idivm_n"
+    one = exp.Literal.number(1)
+    minus_one = exp.Literal.number(-1)
+    sub1, sub = "__idivm_images", "__idivm_fold"
+    # 1. per (key, image): its net count, and one row standing for it
+    image = [*[_col(k) for k in keys], *[grouped(c) for c in others]]
+    sign = exp.Case(ifs=[exp.If(this=exp.EQ(this=_col(OP),
+                                            expression=exp.Literal.string(OP_INSERT)),
+                                true=one.copy())], default=minus_one.copy())
+    if any(_without_equality(types[c]) for c in others):
+        # a window per image: its rows carry the values themselves
+        images = (
+            exp.select(
+                *[_col(c) for c in [*keys, *others]],
+                exp.alias_(window(exp.Sum(this=sign), image), net, quoted=True),
+                exp.alias_(window(exp.RowNumber(), image, _col(SEQ)), rn, quoted=True),
+            )
+            .from_(log.copy())
+            .where(where.copy())
+        )
+        kept = exp.and_(exp.EQ(this=_col(rn, sub1), expression=one.copy()),
+                        exp.NEQ(this=_col(net, sub1), expression=exp.Literal.number(0)))
+    else:
+        # (a hashed grouping, no sort of the log by whole rows)
+        images = (
+            exp.select(*[_col(c) for c in [*keys, *others]],
+                       exp.alias_(exp.Sum(this=sign), net, quoted=True))
+            .from_(log.copy())
+            .where(where.copy())
+            .group_by(*image)
+            .having(exp.NEQ(this=exp.Sum(this=sign.copy()), expression=exp.Literal.number(0)))
+        )
+        kept = None
+    # 2. per key, over its images that did not cancel (the −1 one sorts first)
+    by_key = [_col(k) for k in keys]
+    netcol = _col(net)
+    per_key = (
         exp.select(
             *[_col(k) for k in keys],
-            exp.alias_(window(exp.RowNumber(), False), rn, quoted=True),
-            exp.alias_(window(exp.FirstValue(this=_col(OP)), False), first_op, quoted=True),
-            exp.alias_(window(exp.FirstValue(this=_col(OP)), True), last_op, quoted=True),
-            *[
-                exp.alias_(
-                    window(exp.FirstValue(this=_col(c)), False), f"__idivm_f{i}", quoted=True
-                )
-                for i, c in enumerate(others)
-            ],
-            *[
-                exp.alias_(window(exp.FirstValue(this=_col(c)), True), f"__idivm_l{i}", quoted=True)
-                for i, c in enumerate(others)
-            ],
+            *[exp.alias_(window(exp.FirstValue(this=_col(c)), by_key, netcol, whole=True),
+                         f"__idivm_f{i}", quoted=True) for i, c in enumerate(others)],
+            *[exp.alias_(window(exp.LastValue(this=_col(c)), by_key, netcol, whole=True),
+                         f"__idivm_l{i}", quoted=True) for i, c in enumerate(others)],
+            # (one window: the same frame as the images')
+            exp.alias_(window(exp.Min(this=netcol.copy()), by_key, netcol, whole=True), lo,
+                       quoted=True),
+            exp.alias_(window(exp.Max(this=netcol.copy()), by_key, netcol, whole=True), hi,
+                       quoted=True),
+            exp.alias_(window(exp.Count(this=exp.Star()), by_key, netcol, whole=True), n,
+                       quoted=True),
+            exp.alias_(window(exp.RowNumber(), by_key, netcol), rn, quoted=True),
         )
-        .from_(log.copy())
-        .where(where.copy())
+        .from_(exp.Subquery(this=images, alias=exp.TableAlias(this=_ident(sub1))))
     )
+    if kept is not None:
+        per_key = per_key.where(kept)
 
-    sub = "__idivm_fold"
-    has_pre = exp.EQ(this=_col(first_op, sub), expression=exp.Literal.string(OP_DELETE))
-    has_post = exp.EQ(this=_col(last_op, sub), expression=exp.Literal.string(OP_INSERT))
+    has_pre = exp.EQ(this=_col(lo, sub), expression=minus_one.copy())
+    has_post = exp.EQ(this=_col(hi, sub), expression=one.copy())
 
-    def image(prefix: str, cond: exp.Expr, suffix: str) -> list[exp.Expr]:
+    def image_of(prefix: str, cond: exp.Expr, suffix: str) -> list[exp.Expr]:
         return [
             exp.alias_(
                 exp.Case(ifs=[exp.If(this=cond.copy(), true=_col(f"{prefix}{i}", sub))]),
@@ -485,30 +617,35 @@ def fold_select(table: Table, log: exp.Expr, where: exp.Expr) -> exp.Select:
             for i, c in enumerate(others)
         ]
 
-    unchanged = exp.and_(
-        has_pre.copy(),
-        has_post.copy(),
-        *[
-            _null_safe_eq(_col(f"__idivm_f{i}", sub), _col(f"__idivm_l{i}", sub))
-            for i in range(len(others))
-        ],
+    inconsistent = exp.or_(
+        exp.LT(this=_col(lo, sub), expression=minus_one.copy()),
+        exp.GT(this=_col(hi, sub), expression=one.copy()),
+        exp.GT(this=_col(n, sub), expression=exp.Literal.number(2)),
+        exp.paren(exp.and_(exp.EQ(this=_col(n, sub), expression=exp.Literal.number(2)),
+                           exp.EQ(this=_col(lo, sub), expression=_col(hi, sub)))),
     )
+    key_text: list[exp.Expr] = []
+    for i, k in enumerate(keys):
+        key_text += [exp.Literal.string(", ")] if i else []
+        key_text.append(exp.cast(_col(k, sub), text))
+    message = exp.Concat(expressions=[
+        exp.Literal.string(f"idivm: inconsistent change log of table {table.name} at key ("),
+        *key_text,
+        exp.Literal.string("): its logged row images do not add up to one row before and "
+                           "one after (was the table changed with its logging triggers off, "
+                           "or is its primary key not enforced?)")])
+    check = exp.Case(ifs=[exp.If(this=inconsistent, true=_fail(message, dialect))],
+                     default=exp.true())
     return (
         exp.select(
             *[_col(k, sub) for k in keys],
-            *image("__idivm_f", has_pre, "__pre"),
-            *image("__idivm_l", has_post, "__post"),
+            *image_of("__idivm_f", has_pre, "__pre"),
+            *image_of("__idivm_l", has_post, "__post"),
             exp.alias_(has_pre.copy(), HAS_PRE, quoted=True),
             exp.alias_(has_post.copy(), HAS_POST, quoted=True),
         )
-        .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=_ident(sub))))
-        .where(
-            exp.and_(
-                exp.EQ(this=_col(rn, sub), expression=exp.Literal.number(1)),
-                exp.paren(exp.or_(has_pre.copy(), has_post.copy())),
-                exp.Not(this=exp.paren(unchanged)),
-            )
-        )
+        .from_(exp.Subquery(this=per_key, alias=exp.TableAlias(this=_ident(sub))))
+        .where(exp.and_(exp.EQ(this=_col(rn, sub), expression=one.copy()), check))
     )
 
 

@@ -4,8 +4,9 @@ Rows have the table's columns, ``_change_type`` ∈ {insert, update_preimage, up
 delete} and ``_commit_version``. ``read_cdf`` reads a Delta table's feed (delta-rs);
 ``validate`` checks a batch a user hands in. Folding reuses the PostgreSQL backend's
 dialect-neutral ``fold_select``: pre-images and deletes are old row images
-('D'), inserts and post-images new ones ('I'), ordered by ``_commit_version`` with a version's
-old images first; per key the first pre-image and the last post-image survive.
+('D'), inserts and post-images new ones ('I'); per key, the image the versions remove once
+more than they add is the row before, the one they add once more the row after (the fold
+does not depend on the order of the rows; a feed whose images do not add up raises).
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def fold(spark: Any, table: Table, changes: Any, view_name: str) -> Any:
     # temp view names must be plain identifiers, whatever the view and table are called
     tmp = "__idivm_log_" + hashlib.sha1(f"{view_name}/{table.name}".encode()).hexdigest()[:12]
     as_log(changes).createOrReplaceTempView(tmp)
-    q = fold_select(table, exp.table_(exp.to_identifier(tmp, quoted=True)), exp.true())
+    q = fold_select(table, exp.table_(exp.to_identifier(tmp, quoted=True)), exp.true(),
+                     dialect="spark")
     return spark.sql(q.sql("spark"))
 
 

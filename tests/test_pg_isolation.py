@@ -352,8 +352,8 @@ def test_two_maintains_of_one_view_serialize(env: Env) -> None:
     timed(w, "INSERT INTO devices_parts VALUES ('Z2', 'P2'), ('Z2', 'P3')")
     t2 = Bg(lambda: m2.maintain("v"))
     t2.start()
-    # the second waits for the first on the view's advisory lock, before taking its snapshot
-    wait_until_waiting(mon, m2.conn.info.backend_pid, "advisory", thread=t2)
+    # the second waits for the first on the view's lock relation, before taking its snapshot
+    wait_until_waiting(mon, m2.conn.info.backend_pid, "relation", thread=t2)
     assert t1.is_alive()
     locker.commit()
     r1, r2 = t1.finish(), t2.finish()

@@ -26,7 +26,7 @@ renaming the table, disabling the logging triggers).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psycopg
@@ -509,7 +509,8 @@ def _fail(message: exp.Expr, dialect: str) -> exp.Expr:
 
 
 def fold_select(table: Table, log: exp.Expr, where: exp.Expr,
-                dialect: str = "postgres") -> exp.Select:
+                dialect: str = "postgres",
+                server_types: Mapping[str, str] | None = None) -> exp.Select:
     """Effective changes per key in the log rows satisfying ``where``.
 
     Columns: key columns, ``c__pre`` per non-key column, ``c__post`` per non-key column,
@@ -525,13 +526,15 @@ def fold_select(table: Table, log: exp.Expr, where: exp.Expr,
     before, the one counting +1 its row after, and the rest cancel. Any other count means
     the log does not describe the table's changes (logging bypassed, or a key that is not
     unique): the fold raises "inconsistent change log" rather than return a wrong change.
-    ``dialect`` ("postgres" or "spark") picks only how that error is raised.
+    ``dialect`` ("postgres" or "spark") picks only how that error is raised;
+    ``server_types`` (column → the server's type name) overrides the catalog's types where
+    known (a reflected catalog may not know a type such as ``xml``).
     """
     keys = list(table.primary_key)
     if not keys:
         raise CatalogError(f"table {table.name} has no primary key")
     others = list(table.non_key_columns)
-    types = {c.name: c.type for c in table.columns}
+    types = {c.name: c.type for c in table.columns} | dict(server_types or {})
     text = exp.DataType.build("TEXT")
 
     def grouped(c: str) -> exp.Expr:

@@ -23,19 +23,18 @@ stored relations' ID indexes, a large batch a hash join.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from idivm.catalog import Table
 from idivm.plan import Plan
-from idivm.planner.model import change_table
+from idivm.planner.model import change_table, fit
 from idivm.planner.prune import prune_empty
 from idivm.postgres.changelog import (
     HAS_POST,
     HAS_PRE,
-    LOCK_CLASS,
     XID,
     dollar_quote,
     fold_select,
@@ -47,7 +46,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 2  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 3  # bump when the compiled code's shape changes: installed views recompile
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
 SCHEMA_CHANGED = "IV001"
@@ -185,6 +184,139 @@ def inline_single_use(statements: Sequence[Statement], keep: frozenset[str]) -> 
     return items
 
 
+# --------------------------------------------------------------------------- types without =
+
+# PostgreSQL has no equality operator for these: the Δ-script's comparisons of a value before
+# and after a change, and the duplicate elimination of its UNION / EXCEPT / DISTINCT, compare
+# them as text (json and xml keep their input text, so the cast back is exact)
+NO_EQUALITY = frozenset({exp.DataType.Type.JSON, exp.DataType.Type.XML})
+Fix = Callable[[exp.Expr], exp.Expr]
+Types = dict[str, dict[str, exp.DataType]]
+
+
+def _same(e: exp.Expr) -> exp.Expr:
+    return e
+
+
+def _dtype(server_type: str) -> exp.DataType:
+    try:
+        return exp.DataType.build(server_type, dialect="postgres")
+    except Exception:  # noqa: BLE001 - a type sqlglot does not know: compared as is
+        return exp.DataType.build("unknown")
+
+
+def _no_equality(t: exp.DataType | None) -> bool:
+    return t is not None and t.this in NO_EQUALITY
+
+
+def _annotated(tree: exp.Expr, types: Mapping[str, Mapping[str, exp.DataType]]) -> exp.Expr | None:
+    from sqlglot.optimizer.annotate_types import annotate_types
+
+    try:
+        return annotate_types(tree.copy(), schema={k: {c: t.sql("postgres") for c, t in v.items()}
+                                                   for k, v in types.items()},
+                              dialect="postgres")
+    except Exception:  # noqa: BLE001 - not annotatable: left as it is
+        return None
+
+
+def _leaves(q_: exp.Expr) -> list[exp.Select]:
+    while isinstance(q_, exp.Subquery):
+        q_ = q_.this
+    if isinstance(q_, exp.SetOperation):
+        return _leaves(q_.left) + _leaves(q_.right)
+    return [q_] if isinstance(q_, exp.Select) else []
+
+
+def comparable(tree: exp.Expr, types: Mapping[str, Mapping[str, exp.DataType]]) -> exp.Expr:
+    """``tree`` with values of types that have no ``=`` (json, xml) compared as text: in
+    comparisons, and in the duplicate elimination of UNION / EXCEPT / INTERSECT / DISTINCT,
+    whose text output is cast back. ``types``: column types of the relations it reads."""
+    t = _annotated(tree, types)
+    if t is None:
+        return tree
+    text = exp.DataType.build("text")
+    for cmp in list(t.find_all(exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)):
+        if isinstance(cmp.parent, (exp.Update, exp.OnConflict)):
+            continue  # an assignment
+        if _no_equality(cmp.left.type) or _no_equality(cmp.right.type):
+            cmp.set("this", exp.cast(cmp.this, text))
+            cmp.set("expression", exp.cast(cmp.expression, text))
+    for w in list(t.find_all(exp.Window)):  # partitions: by equal text
+        parts = w.args.get("partition_by") or []
+        if any(_no_equality(p.type) for p in parts):
+            w.set("partition_by", [exp.cast(p, text) if _no_equality(p.type) else p
+                                   for p in parts])
+    # every deduplicating query with such an output column, innermost first
+    plans: list[tuple[exp.Query, dict[int, exp.DataType], list[str]]] = []
+    for node in t.find_all(exp.Select, exp.SetOperation):
+        dedup = (isinstance(node, exp.SetOperation) and node.args.get("distinct")) or \
+            (isinstance(node, exp.Select) and isinstance(node.args.get("distinct"), exp.Distinct)
+             and not node.args["distinct"].args.get("on"))
+        if not dedup or isinstance(node.parent, exp.SetOperation):
+            continue  # (a branch of a set operation: handled with it)
+        outs = node.selects
+        bad = {i: o.type for i, o in enumerate(outs) if o.type is not None and _no_equality(o.type)}
+        names = node.named_selects
+        if bad and len(names) == len(outs) and all(names):
+            plans.append((node, bad, names))
+    for node, bad, names in reversed(plans):
+        for leaf in _leaves(node):
+            projections = list(leaf.expressions)
+            for i in bad:
+                if i < len(projections):
+                    p = projections[i]
+                    projections[i] = exp.alias_(exp.cast(p.unalias(), text), names[i],
+                                                quoted=True)
+            leaf.set("expressions", projections)
+        alias = "__idivm_eq"
+        outer = exp.select(*[
+            exp.alias_(exp.cast(exp.column(n, alias, quoted=True), bad[i]), n, quoted=True)
+            if i in bad else exp.column(n, alias, quoted=True) for i, n in enumerate(names)])
+        with_ = node.args.get("with_")
+        inner = node.copy()
+        inner.set("with_", None)
+        outer = outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(
+            this=exp.to_identifier(alias, quoted=True))))
+        if with_ is not None:
+            outer.set("with_", with_.copy())
+        if node is t:
+            t = outer
+        else:
+            node.replace(outer)
+    return t
+
+
+def relation_types(plan: Plan, names: Mapping[str, str], tables: Mapping[str, Table],
+                   column_types: Mapping[str, Mapping[str, str]],
+                   statements: Sequence[Statement]) -> Types:
+    """Column types of every relation the compiled code reads: base tables (as the server
+    names them), change tables, the stored relations and the temporaries, in order."""
+    out: Types = {t: {c: _dtype(v) for c, v in column_types[t].items()} for t in tables}
+    for t, tb in tables.items():
+        col = out[t]
+        change = {k: col[k] for k in tb.primary_key if k in col}
+        for suffix in ("__pre", "__post"):
+            change.update({c + suffix: col[c] for c in tb.non_key_columns if c in col})
+        change.update({HAS_PRE: exp.DataType.build("boolean"),
+                       HAS_POST: exp.DataType.build("boolean")})
+        out[names[change_table(t)]] = change
+
+    def outputs(query: exp.Expr) -> dict[str, exp.DataType]:
+        a = _annotated(query, out)
+        if a is None or not isinstance(a, exp.Query):
+            return {}
+        return {n: (o.type or exp.DataType.build("unknown"))
+                for n, o in zip(a.named_selects, a.selects, strict=False)}
+
+    for m, query in plan.materialize_queries():
+        out[m.name] = outputs(query)
+    for s in statements:
+        if isinstance(s, Compute):
+            out[s.name] = outputs(s.query)
+    return out
+
+
 # --------------------------------------------------------------------------- code generation
 
 
@@ -196,21 +328,22 @@ def _with(ctes: Sequence[tuple[str, exp.Expr]]) -> exp.With | None:
         for n, q_ in ctes])
 
 
-def _statement_sql(item: Inlined) -> str:
+def _statement_sql(item: Inlined, fix: Fix = _same) -> str:
     s = item.statement
     w = _with(item.ctes)
     if isinstance(s, Compute):
         query = s.query.copy()
         if w is not None:
             query.set("with_", w)
-        return exp.insert(query, exp.table_(exp.to_identifier(s.name, quoted=True))).sql("postgres")
+        return fix(exp.insert(query, exp.table_(exp.to_identifier(s.name, quoted=True)))
+                   ).sql("postgres")
     tree = render(s, "postgres")
     if w is not None:
         if isinstance(tree, exp.Insert):
             tree.expression.set("with_", w)
         else:
             tree.set("with_", w)
-    text = tree.sql("postgres")
+    text = fix(tree).sql("postgres")
     if s.kind == "replace":  # PostgreSQL has no INSERT OVERWRITE: empty the table first
         text = f"{exp.delete(exp.to_identifier(s.target, quoted=True)).sql('postgres')};\n" \
                f"    {text}"
@@ -235,22 +368,22 @@ def _pruned(item: Inlined, empty: frozenset[str]) -> Inlined:
 
 
 def _variants(item: Inlined, changes: Sequence[str], rels: Mapping[str, Relation],
-              most: int = 3) -> str:
+              most: int = 3, fix: Fix = _same) -> str:
     """The statement, and a variant per subset of the base tables' change tables it reads
     being empty (up to ``most`` tables), picked at run time by their row counts: the old
     runtime's pruning, compiled. With no changes to friendlist, BSMA Q*1's pre-state
     ``friendlist − Δ ∪ pre-images`` is just friendlist, which the planner can probe."""
-    whole = _statement_sql(item) + ";"
+    whole = _statement_sql(item, fix) + ";"
     gated = _exists_over(item, rels)
     if len(gated) > most or (gated and len(changes) > most):
-        return _dynamic(item, gated, rels)
+        return _dynamic(item, gated, rels, fix)
     if not changes or len(changes) > most:
         return whole
     branches: list[str] = []
     seen = {whole}
     for mask in range(1, 2 ** len(changes)):
         empty = frozenset(c for k, c in enumerate(changes) if mask >> k & 1)
-        text = _statement_sql(_pruned(item, empty)) + ";"
+        text = _statement_sql(_pruned(item, empty), fix) + ";"
         if text in seen:
             continue
         seen.add(text)
@@ -274,7 +407,8 @@ def _exists_over(item: Inlined, rels: Mapping[str, Relation]) -> set[str]:
     return out
 
 
-def _dynamic(item: Inlined, gated: set[str], rels: Mapping[str, Relation]) -> str:
+def _dynamic(item: Inlined, gated: set[str], rels: Mapping[str, Relation],
+             fix: Fix = _same) -> str:
     """A statement testing many i-diffs, run as dynamic SQL: each EXISTS over an i-diff is a
     placeholder replaced at run time by the test, or by FALSE when that i-diff is empty, and
     PostgreSQL's constant folding drops what only an empty i-diff fed (the branches of a
@@ -295,7 +429,7 @@ def _dynamic(item: Inlined, gated: set[str], rels: Mapping[str, Relation]) -> st
         return exp.column(mark)
 
     text = _statement_sql(Inlined(dataclasses.replace(s, query=s.query.transform(rw)),
-                                  item.ctes))
+                                  item.ctes), fix)
     lines = [f"idivm__sql := {lit(text)};"]
     for mark, (rel, test) in tests.items():
         lines.append(f"idivm__sql := replace(idivm__sql, {lit(mark)}, CASE WHEN "
@@ -310,7 +444,8 @@ def _branches(q_: exp.Expr) -> list[exp.Expr]:
     return [q_]
 
 
-def _branched(item: Inlined, r: Relation, label: str, rels: Mapping[str, Relation]) -> str:
+def _branched(item: Inlined, r: Relation, label: str, rels: Mapping[str, Relation],
+              fix: Fix = _same) -> str:
     """A snapshot filled one semi-join at a time, each run only if its i-diff holds rows (an
     empty i-diff's branch would still count in the planner's estimate of the whole UNION),
     without the rows an earlier branch brought."""
@@ -328,7 +463,7 @@ def _branched(item: Inlined, r: Relation, label: str, rels: Mapping[str, Relatio
             query.set("with_", w)
         ins = exp.insert(query, exp.table_(exp.to_identifier(r.name, quoted=True)))
         guard = " OR ".join(f"{c} > 0" for c in inputs) or "true"
-        lines.append(f"IF {guard} THEN\n  {ins.sql('postgres')};\n"
+        lines.append(f"IF {guard} THEN\n  {fix(ins).sql('postgres')};\n"
                      f"  GET DIAGNOSTICS idivm__n = ROW_COUNT;\n"
                      f"  {r.counter} := {r.counter} + idivm__n;\nEND IF;")
     lines += [_analyze(r),
@@ -379,6 +514,13 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         s = it.statement
         if isinstance(s, Compute):
             rels[s.name] = Relation(s.name, labels[s.name], f"idivm__n{k}")
+    fix: Fix = _same
+    if any(_no_equality(_dtype(column_types[t][c])) for t in base
+           for c in tables[t].column_names if c in column_types[t]):
+        types = relation_types(plan, names, tables, column_types, statements)
+
+        def fix(e: exp.Expr) -> exp.Expr:
+            return comparable(e, types)
 
     decl = [f"{PREV} pg_snapshot;", "idivm__t0 timestamptz := clock_timestamp();",
             "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__fp text;", "idivm__k bigint[];",
@@ -391,8 +533,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     body: list[str] = []
     body.append(
         "IF current_setting('transaction_isolation') <> 'repeatable read' THEN\n"
-        f"  RAISE EXCEPTION 'idivm: maintenance of view % must run in a REPEATABLE READ "
-        f"transaction (CALL {companion}.maintain(...) sets it up)', {lit(name)}\n"
+        "  RAISE EXCEPTION 'idivm: maintenance of view % must run in a REPEATABLE READ "
+        f"transaction (CALL %.maintain(...) sets it up)', {lit(name)}, {lit(q(companion))}\n"
         f"    USING ERRCODE = '{NOT_REPEATABLE_READ}';\nEND IF;")
     # the base tables must still be what the view was planned over
     for t in base:
@@ -405,6 +547,13 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             f"change logging was disabled, since view % was created: it can no longer be "
             f"maintained incrementally', {lit(schema)}, {lit(t)}, {lit(name)}\n"
             f"    USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
+            f"create it again, which recomputes it';\nEND IF;\n"
+            f"IF NOT {q(companion)}.table_has_key({lit(f'{q(schema)}.{q(t)}')}, "
+            f"ARRAY[{', '.join(lit(k) for k in tables[t].primary_key)}]::text[]) THEN\n"
+            f"  RAISE EXCEPTION 'idivm: table %.% has lost its primary key (or a unique index "
+            f"over the same columns) since view % was created: it can no longer be maintained "
+            f"incrementally', {lit(schema)}, {lit(t)}, {lit(name)}\n"
+            f"    USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
             f"create it again, which recomputes it';\nEND IF;")
     if base:  # (a view over no table — SELECT 1 WHERE … — never changes)
         body.append(f"SELECT watermark INTO {PREV} FROM {q(companion)}.log_users "
@@ -415,7 +564,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     for t in base:
         r = rels[names[change_table(t)]]
         newest = exp.select(exp.Max(this=exp.column(XID, quoted=True))).from_(log_ref(schema, t))
-        fold = fold_select(tables[t], log_ref(schema, t), pending_predicate(prev))
+        fold = fold_select(tables[t], log_ref(schema, t), pending_predicate(prev),
+                           server_types=column_types[t])
         ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
         body.append(
             # the newest log row (a backward scan of the xid index) against the watermark
@@ -435,7 +585,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             counts = exp.select(exp.Array(expressions=[
                 exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=pred.copy()))
                 for _, pred in checks])).from_(exp.to_identifier(r.name, quoted=True))
-            lines = [f"IF {r.counter} > 0 THEN", f"  idivm__k := ({counts.sql('postgres')});"]
+            lines = [f"IF {r.counter} > 0 THEN",
+                     f"  idivm__k := ({fix(counts).sql('postgres')});"]
             for k, (what, _) in enumerate(checks, 1):
                 msg = lit(f"% {what}(s) on {t}, but the view {name} was planned without them "
                           "(changes=...)")
@@ -456,11 +607,11 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  else f"{s.kind} {labels.get(s.diff, s.diff)}→{s.target}")
         ctes = "".join(f"\n-- CTE {labels.get(n, n)}" for n, _ in it.ctes)
         if isinstance(s, Compute) and s.name in branched:
-            script.append(_branched(it, rels[s.name], label, rels))
+            script.append(_branched(it, rels[s.name], label, rels, fix))
             continue
         changes = sorted(x for x in it.reads() if x in rels and x in base_changes)
         lines = [_comment(s.comment) + ctes, "idivm__ts := clock_timestamp();",
-                 _variants(it, changes, rels)]
+                 _variants(it, changes, rels, fix=fix)]
         if isinstance(s, Compute):
             r = rels[s.name]
             lines += [f"GET DIAGNOSTICS {r.counter} = ROW_COUNT;",
@@ -501,7 +652,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             if w is not None:
                 query.set("with_", w)
             create_temps.append(f"CREATE TEMP TABLE {q(s.name)} AS "
-                                f"{query.sql('postgres')} WITH NO DATA;")
+                                f"{fix(query).sql('postgres')} WITH NO DATA;")
     if base:  # (a view over no table has no change table, nothing to fold or apply)
         first = rels[names[change_table(base[0])]].name
         # analyzed empty: never-analyzed tables are planned as 10 pages (~850 rows), which
@@ -555,7 +706,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
 
 
 def fingerprint_source(companion: str) -> str:
-    """The companion schema's catalog fingerprint of a table (what maintenance checks)."""
+    """The companion schema's catalog fingerprint of a table and its key check (what
+    maintenance checks)."""
     comp = q(companion)
     fingerprint = f"""CREATE OR REPLACE FUNCTION {comp}.table_fingerprint(rel text, cols text[])
 RETURNS text LANGUAGE sql STABLE AS $idivm$
@@ -568,9 +720,37 @@ RETURNS text LANGUAGE sql STABLE AS $idivm$
     (SELECT count(*) FROM pg_trigger t
      WHERE t.tgrelid = to_regclass(rel) AND t.tgenabled = 'A'
        AND t.tgname IN ('idivm_log_insert', 'idivm_log_update', 'idivm_log_delete',
-                        'idivm_log_truncate'))::text
+                        'idivm_log_truncate'))::text || ':' ||
+    -- an inheritance child or parent, or a partition, gained since (changelog.install
+    -- refuses them at create_view): their writes fire none of the table's triggers
+    (SELECT count(*) FROM pg_inherits i
+     WHERE i.inhparent = to_regclass(rel) OR i.inhrelid = to_regclass(rel))::text
 $idivm$"""
-    return fingerprint
+    # the key the log is folded by still unique: a primary key or a unique index over some of
+    # its columns, each NOT NULL (or the index NULLS NOT DISTINCT); a DEFERRABLE one too (the
+    # fold nets a key's row images over a transaction: duplicates that do not commit cancel)
+    has_key = f"""CREATE OR REPLACE FUNCTION {comp}.table_has_key(rel text, keys text[])
+RETURNS boolean LANGUAGE sql STABLE AS $idivm$
+  SELECT EXISTS (
+    SELECT 1 FROM pg_index i
+     WHERE i.indrelid = to_regclass(rel) AND i.indisunique AND i.indisvalid
+       AND i.indpred IS NULL AND i.indexprs IS NULL
+       AND NOT EXISTS (
+         SELECT 1 FROM pg_attribute a
+          WHERE a.attrelid = i.indrelid
+            AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1])
+            AND NOT (a.attname = ANY (keys) AND (a.attnotnull OR i.indnullsnotdistinct))))
+$idivm$"""
+    return f"{fingerprint};\n{has_key}"
+
+
+COMMITTED_SETTING = "idivm.maintained"  # a maintain's statistics, set as it commits
+
+
+def lock_relation(view: str) -> str:
+    """The companion's per-view relation whose lock serializes the view's maintains (a view
+    over nothing: never vacuumed, never read; locked without a snapshot, unlike a function)."""
+    return fit(f"{view}__lock")
 
 
 @dataclass(frozen=True)
@@ -593,22 +773,19 @@ def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
         tables = ", ".join(f"{q(schema)}.{q(t)}" for t in v.tables)
         lock = f"LOCK TABLE {tables} IN ACCESS SHARE MODE;" if v.tables else "NULL;"
         branches.append(f"""IF view = {lit(v.name)} THEN
-  k := hashtext({lit(companion + '.' + v.name)});
-  -- maintains of one view run one at a time: a second waits here, before its snapshot
-  PERFORM pg_advisory_lock({LOCK_CLASS}, k);
   COMMIT;
   SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
-  BEGIN
-    -- before the snapshot: a TRUNCATE (not MVCC-safe) or a table rewrite waits for this
-    -- maintain, or commits before its snapshot and is seen whole; ordinary writers go on
-    {lock}
-    stats := {comp}.{q(v.function)}();
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_advisory_unlock({LOCK_CLASS}, k);
-    RAISE;
-  END;
+  -- maintains of one view run one at a time: a second waits here, before its snapshot (a
+  -- static LOCK takes none), and the lock ends with the transaction, however it ends
+  LOCK TABLE {comp}.{q(lock_relation(v.name))} IN EXCLUSIVE MODE;
+  -- before the snapshot: a TRUNCATE (not MVCC-safe) or a table rewrite waits for this
+  -- maintain, or commits before its snapshot and is seen whole; ordinary writers go on
+  {lock}
+  stats := {comp}.{q(v.function)}();
+  -- transactional: the session keeps it only if this transaction commits, which tells a
+  -- client interrupted from here on (statement_timeout, a cancel) that the run committed
+  PERFORM set_config({lit(COMMITTED_SETTING)}, stats::text, false);
   COMMIT;
-  PERFORM pg_advisory_unlock({LOCK_CLASS}, k);
   IF (stats ->> 'consumed')::boolean THEN
     -- consumed log rows go in a READ COMMITTED transaction of their own (where a concurrent
     -- prune by another view's maintain is no serialization failure); the maintenance has
@@ -625,7 +802,6 @@ def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
 END IF;""")
     body = f"""DECLARE
   ver int;
-  k int;
 BEGIN
   SELECT v.format_version INTO ver FROM {comp}.views v WHERE v.name = view;
   IF NOT FOUND THEN

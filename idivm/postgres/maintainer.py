@@ -20,7 +20,7 @@ import psycopg
 from sqlglot import exp
 
 from idivm.catalog import Catalog
-from idivm.errors import BackendError, IdivmError, MaintenanceError
+from idivm.errors import BackendError, IdivmError, MaintenanceError, UnsupportedSQL
 from idivm.plan import Plan, plan
 from idivm.planner.model import MAX_IDENT, Strategy
 from idivm.postgres import changelog
@@ -28,6 +28,7 @@ from idivm.postgres import compile as compile_
 from idivm.script import Apply
 
 REGISTRY = "views"
+REWRITE_TRIGGER = "idivm_guard_rewrite"
 
 
 def q(name: str) -> str:
@@ -133,6 +134,10 @@ class PostgresMaintainer:
             f"SELECT name, function, prune_function, tables FROM "
             f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
         entries = [compile_.Entry(str(n), str(f), str(pf), tuple(ts)) for n, f, pf, ts in rows]
+        for e in entries:  # (views created by an older idivm have none yet)
+            lock = compile_.lock_relation(e.name)
+            if not self._has(lock):
+                self.conn.execute(f"CREATE VIEW {qq(self.companion, lock)} AS SELECT")
         self.conn.execute(compile_.dispatcher(self.schema, self.companion, entries))
 
     def _entry(self, name: str) -> dict[str, Any]:
@@ -176,6 +181,7 @@ class PostgresMaintainer:
                                f"{MAX_IDENT}-byte identifiers")
         full = catalog or self.catalog()
         p = plan(view_sql, full, name=name, changes=changes, strategy=strategy)
+        self._check_functions(view_sql)
         # the plan's catalog holds just the columns the view reads: the log holds those, and
         # DDL on the others is absorbed
         read = p.catalog
@@ -189,9 +195,11 @@ class PostgresMaintainer:
                 if taken and taken[0]:
                     raise BackendError(f"{self.schema}.{name} already exists")
                 for t in p.tables:
+                    self._check_key(t, read.table(t).primary_key)
                     changelog.install(self.conn, self.schema, read.table(t), name,
                                       read.table(t).column_names)
-            changelog.install_guard(self.conn)
+            if changelog.install_guard(self.conn):
+                self._install_rewrite_guard()
         except psycopg.Error as e:
             raise BackendError(f"create_view {name!r} failed and was rolled back: "
                                f"{str(e).strip()}") from e
@@ -241,6 +249,68 @@ class PostgresMaintainer:
         self._plans[name] = p
         return p
 
+    def _check_key(self, table: str, key: Sequence[str]) -> None:
+        """The log of a table is folded by its key: refuse a table whose key PostgreSQL does
+        not enforce (a catalog may declare one the table does not have), as maintenance
+        would."""
+        row = self.conn.execute(f"SELECT {qq(self.companion, 'table_has_key')}(%s, %s)",
+                                (qq(self.schema, table), list(key))).fetchone()
+        if not (row and row[0]):
+            raise UnsupportedSQL(
+                f"table {table} without an enforced key ({', '.join(key)})",
+                "its change log is folded by that key, so PostgreSQL must enforce it: a "
+                "PRIMARY KEY or UNIQUE index over NOT NULL columns")
+
+    def _install_rewrite_guard(self) -> None:
+        """The DDL guard at ``table_rewrite`` too (a column retyped USING an expression
+        changes its values behind the log); superusers only, like the guard itself."""
+        try:
+            with self.conn.transaction():
+                self.conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (changelog.LOCK_CLASS,))
+                row = self.conn.execute("SELECT 1 FROM pg_event_trigger WHERE evtname = %s",
+                                        (REWRITE_TRIGGER,)).fetchone()
+                if row is None:
+                    self.conn.execute(
+                        f"CREATE EVENT TRIGGER {q(REWRITE_TRIGGER)} ON table_rewrite "
+                        "WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION "
+                        f"{qq(changelog.GUARD_SCHEMA, changelog.GUARD_FUNCTION)}()")
+        except psycopg.errors.InsufficientPrivilege:
+            pass
+
+    def _check_functions(self, view_sql: str) -> None:
+        """Refuse a view calling a function that can return another value for the same
+        arguments without a logged change: a user function (or an operator's) not IMMUTABLE
+        (one reading another table, say), or any VOLATILE one. PostgreSQL resolves the calls
+        (overloads, operators, casts, aggregates) in a temporary view that is rolled back, and
+        its stored query tree names every function it calls. (Built-in STABLE functions, such
+        as ``to_char`` or ``timestamptz::date``, depend only on settings: left alone.)"""
+        body = view_sql.strip().rstrip(";")
+        probe = "idivm__probe"
+        bad: list[tuple[str, str]] = []
+        try:
+            with self.conn.transaction(force_rollback=True):
+                self.conn.execute(f"SET LOCAL search_path = {q(self.schema)}")
+                self.conn.execute(f"CREATE TEMP VIEW {q(probe)} AS SELECT 1 FROM (\n{body}\n) "
+                                  f"AS {q(probe)}")
+                bad = [(str(r[0]), str(r[1])) for r in self.conn.execute(
+                    "SELECT DISTINCT f.oid::regprocedure::text, f.provolatile::text "
+                    "FROM pg_rewrite r, regexp_matches(r.ev_action::text, "
+                    "':(?:funcid|opfuncid|aggfnoid|winfnoid) (\\d+)', 'g') AS m(oid) "
+                    "JOIN pg_proc f ON f.oid = m.oid[1]::oid "
+                    "WHERE r.ev_class = to_regclass(%s) AND (f.provolatile = 'v' OR "
+                    "(f.provolatile = 's' AND f.pronamespace <> 'pg_catalog'::regnamespace)) "
+                    "ORDER BY 1", (f"pg_temp.{q(probe)}",)).fetchall()]
+        except psycopg.Error:
+            return  # not a query PostgreSQL can run as a view: creating it fails and says why
+        if bad:
+            sig, vol = bad[0]
+            kind = {"s": "STABLE", "v": "VOLATILE"}.get(vol, vol)
+            raise UnsupportedSQL(f"non-immutable function {sig}",
+                                 f"it is {kind}: it can return another value for the same "
+                                 "arguments (reading another table, the clock or a setting) "
+                                 "without any change to the tables the view reads; only "
+                                 "IMMUTABLE functions can be maintained")
+
     def _fingerprint(self, table: str, columns: Sequence[str]) -> str:
         row = self.conn.execute(f"SELECT {qq(self.companion, 'table_fingerprint')}(%s, %s)",
                                 (qq(self.schema, table), list(columns))).fetchone()
@@ -248,8 +318,8 @@ class PostgresMaintainer:
 
     def _install_code(self, p: Plan, read: Catalog, fingerprints: Mapping[str, str]
                       ) -> compile_.Compiled:
-        row = self.conn.execute(f"SELECT nextval('{qq(self.companion, 'compiled')}')"
-                                ).fetchone()
+        row = self.conn.execute("SELECT nextval(to_regclass(%s))",
+                                (qq(self.companion, "compiled"),)).fetchone()
         # the tag names the code and its session temp tables: unique beyond the companion's
         # sequence, which restarts when the last view's companion schema is dropped while a
         # session still holds temp tables of the same names and another shape
@@ -292,12 +362,25 @@ class PostgresMaintainer:
 
     def _call(self, name: str, retry: bool) -> dict[str, Any]:
         call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s)"
+        # the procedure sets it in the maintenance transaction: kept only if that commits
+        self.conn.execute("SELECT set_config(%s, '', false)", (compile_.COMMITTED_SETTING,))
         try:
             row = self.conn.execute(call, (name, compile_.FORMAT_VERSION)).fetchone()
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as e:
-            self._check_layout()
-            raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}") from e
+            if not self._has_procedure():  # else: raised by the code it runs, reported below
+                self._check_layout()
+                raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}") from e
+            raise MaintenanceError(f"maintenance of {name!r} failed and was rolled back "
+                                   f"(re-run it): {str(e).strip()}") from e
         except psycopg.Error as e:
+            if self.conn.closed or self.conn.broken:
+                raise MaintenanceError(
+                    f"maintenance of {name!r} failed: the connection was lost, so whether it "
+                    "committed is unknown (re-running it is safe: a maintain consumes only "
+                    f"what is still pending): {str(e).strip()}") from e
+            committed = self._committed()
+            if committed is not None:  # interrupted after its commit: it did its work
+                return committed
             msg = (e.diag.message_primary or str(e)).strip()
             state = e.sqlstate
             if state == compile_.STALE_CODE and retry:
@@ -316,6 +399,26 @@ class PostgresMaintainer:
         if row is None or row[0] is None:
             raise MaintenanceError(f"maintenance of {name!r} returned no statistics")
         return dict(row[0])
+
+    def _committed(self) -> dict[str, Any] | None:
+        """After a failed ``CALL``: the statistics of the run if its maintenance transaction
+        committed (the failure came after it: a cancel, a timeout, the prune's commit)."""
+        try:
+            row = self.conn.execute("SELECT current_setting(%s, true)",
+                                    (compile_.COMMITTED_SETTING,)).fetchone()
+        except psycopg.Error:
+            return None
+        if row is None or not row[0]:
+            return None
+        return dict(json.loads(str(row[0])))
+
+    def _has_procedure(self) -> bool:
+        """Whether the companion schema has its ``maintain`` procedure."""
+        row = self.conn.execute(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname = 'maintain' AND p.prokind = 'p'",
+            (self.companion,)).fetchone()
+        return bool(row and row[0])
 
     def _recompile(self, name: str) -> None:
         """Re-render a view compiled by another idivm version (same plan inputs, same
@@ -350,6 +453,8 @@ class PostgresMaintainer:
                     self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}()")
                 self.conn.execute(f"DELETE FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
                                   (name,))
+                self.conn.execute(f"DROP VIEW IF EXISTS "
+                                  f"{qq(self.companion, compile_.lock_relation(name))}")
                 for t in e["tables"]:
                     changelog.uninstall(self.conn, self.schema, t, name)
                 self._install_dispatcher()

@@ -46,7 +46,12 @@ class ViewQuery:
     sql: str
 
 
-def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres") -> ViewQuery:
+def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres",
+               narrow: Catalog | None = None) -> ViewQuery:
+    """The view's algebra. ``narrow``: the catalog restricted to the columns the view reads
+    (``plan.read_catalog``): names resolve in ``catalog``, scans carry ``narrow``'s columns
+    only, and a column outside them (a derived table's column nothing above reads) is a typed
+    NULL there, its value never reaching the view."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except ParseError as e:
@@ -59,7 +64,7 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres") -> ViewQue
     # unquoted identifiers fold to lower case, quoted ones stay, as PostgreSQL reads them
     tree = normalize_identifiers(tree, dialect=dialect)
     _refuse(tree)
-    tree = unnest.inline_constants(_inline_ctes(tree))
+    tree = _alias_tables(unnest.inline_constants(_inline_ctes(tree)))
     for t in tree.find_all(exp.Table):
         if t.name and not catalog.has_table(t.name):
             raise CatalogError(f"unknown table {t.name!r} in the view")
@@ -68,7 +73,7 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres") -> ViewQue
                        quote_identifiers=False, validate_qualify_columns=True)
     except SqlglotError as e:
         raise UnsupportedSQL("name resolution", str(e)) from e
-    conv = _Converter(catalog)
+    conv = _Converter(catalog, narrow)
     root, names = conv.query(tree, outer=None)
     if len(set(names)) != len(names):
         raise UnsupportedSQL("duplicate output column", "every view column needs its own name")
@@ -102,6 +107,22 @@ def _refuse(tree: exp.Expr) -> None:
             raise UnsupportedSQL("LATERAL", "lateral subqueries are not maintained")
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise UnsupportedSQL("WITH RECURSIVE", "recursive queries are not maintained")
+        if isinstance(node, exp.CTE) and not isinstance(node.this, exp.Query):
+            raise UnsupportedSQL("data-modifying WITH", f"the WITH query {node.alias} is "
+                                 f"{node.this.key.upper()} … RETURNING; a view cannot change "
+                                 "data (PostgreSQL refuses it as a view)")
+        if isinstance(node, exp.TableSample):
+            raise UnsupportedSQL("TABLESAMPLE", "a sample is non-deterministic input: its "
+                                 "rows change without a data change")
+        if isinstance(node, exp.Table) and (node.args.get("rows_from") or not isinstance(
+                node.this, exp.Identifier)) or isinstance(node, exp.Unnest) and isinstance(
+                node.parent, exp.From | exp.Join):
+            raise UnsupportedSQL("function in FROM", "a set-returning or table function "
+                                 f"({node.sql('postgres')[:60]}) is not a base table; only "
+                                 "tables, subqueries and views over them are maintained")
+        if isinstance(node, exp.Values) and isinstance(node.parent, exp.From | exp.Join):
+            raise UnsupportedSQL("VALUES in FROM", "a constant relation is not maintained; "
+                                 "join a table holding the rows")
         if isinstance(node, exp.Rollup | exp.Cube | exp.GroupingSets):
             raise UnsupportedSQL("GROUPING SETS/ROLLUP/CUBE", "not maintained")
         if isinstance(node, exp.Distinct) and node.args.get("on"):
@@ -125,22 +146,50 @@ def _refuse(tree: exp.Expr) -> None:
             raise UnsupportedSQL(f"{node.key.upper()} ALL", "bag difference is not maintained")
 
 
+def _alias_tables(tree: exp.Expr) -> exp.Expr:
+    """``FROM "Orders"`` as ``FROM "Orders" AS "Orders"`` (the name a table without an alias
+    is referred to by): sqlglot's ``qualify`` would alias it by its name folded to lower case,
+    and then not resolve ``"Orders".col``."""
+    for t in tree.find_all(exp.Table):
+        if t.args.get("alias") is None and not t.db and isinstance(t.this, exp.Identifier) \
+                and t.this.quoted:
+            t.set("alias", exp.TableAlias(this=t.this.copy()))
+    return tree
+
+
 def _inline_ctes(tree: exp.Expr) -> exp.Expr:
-    """Non-recursive WITH: substitute each CTE as a FROM subquery (pure rewrite)."""
-    w = tree.args.get("with_") or tree.args.get("with")
-    if not w:
-        return tree
-    tree = tree.copy()
-    ctes = {c.alias: c.this for c in w.expressions}
-    tree.set("with_" if "with_" in tree.args else "with", None)
+    """Non-recursive WITH, at any depth: substitute each CTE as a FROM subquery (pure
+    rewrite). A CTE sees the CTEs listed before it and those of the queries enclosing its
+    WITH; a nested WITH shadows an outer CTE or table of the same name."""
+    return _inline_with(tree.copy(), {})
 
-    def sub(n: exp.Expr) -> exp.Expr:
-        if isinstance(n, exp.Table) and not n.db and n.name in ctes:
-            return exp.Subquery(this=ctes[n.name].copy(), alias=exp.TableAlias(
-                this=exp.to_identifier(n.alias_or_name)))
-        return n
 
-    return tree.transform(sub)
+def _inline_with(e: exp.Expr, env: dict[str, tuple[exp.Expr, exp.TableAlias]]) -> exp.Expr:
+    """``e`` (a copy, rewritten in place) with the CTEs of ``env`` and of its own WITH inlined;
+    ``env``: CTE name → (its body, already inlined; its alias, for a column list)."""
+    w = e.args.get("with_") if isinstance(e, exp.Query) else None
+    if w is not None:
+        env = dict(env)
+        for cte in w.expressions:
+            if not isinstance(cte.this, exp.Query):
+                continue  # data-modifying: refused by _refuse
+            env[cte.alias] = (_inline_with(cte.this, env), cte.args["alias"])
+        e.set("with_", None)
+    for child in list(e.iter_expressions()):
+        if isinstance(child, exp.Table) and not child.db and child.name in env \
+                and isinstance(child.this, exp.Identifier):
+            if child.args.get("joins"):
+                raise UnsupportedSQL("WITH query in a parenthesised join",
+                                     "not maintained; join the WITH query outside parentheses")
+            body, cte_alias = env[child.name]
+            alias = child.args.get("alias")
+            if alias is None or not alias.columns:  # the CTE's column list, if any
+                alias = exp.TableAlias(this=exp.to_identifier(child.alias_or_name),
+                                       columns=[c.copy() for c in cte_alias.columns])
+            child.replace(exp.Subquery(this=body.copy(), alias=alias.copy()))
+        else:
+            _inline_with(child, env)
+    return e
 
 
 @dataclass
@@ -151,6 +200,13 @@ class _Scope:
     outer: _Scope | None = None
     nullable: dict[str, bool] = field(default_factory=dict)
     unit: dict[str, str] = field(default_factory=dict)  # alias → the outer join holding it
+    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # table alias → its key
+
+    def user_names(self) -> dict[str, str]:
+        """Plan column → ``alias.column`` as the query names it (enclosing queries too)."""
+        out = self.outer.user_names() if self.outer is not None else {}
+        out.update({p: f"{a}.{c}" for a, cols in self.sources.items() for c, p in cols.items()})
+        return out
 
     def resolve(self, table: str, column: str) -> tuple[str, bool]:
         """Plan column, and whether it came from an enclosing scope."""
@@ -159,7 +215,61 @@ class _Scope:
         if self.outer is not None:
             name, _ = self.outer.resolve(table, column)
             return name, True
-        raise UnsupportedSQL("column reference", f"cannot resolve {table}.{column}")
+        raise UnsupportedSQL("column reference", f"cannot resolve {table}.{column}" if not (
+            table.startswith("__") or column.startswith("__")) else
+            "cannot resolve the value of a subquery where it is read")
+
+
+def _shown(e: exp.Expr, limit: int = 80) -> str:
+    """``e`` for a message, as the user wrote it as far as it shows: a value idivm derived
+    from a subquery (a column of an internal derived table, starting ``__``) reads
+    ``(subquery)``, and a long text is cut."""
+
+    def internal(n: exp.Expr) -> bool:
+        return isinstance(n, exp.Column) and (n.table.startswith("__")
+                                              or n.name.startswith("__"))
+
+    def sub(n: exp.Expr) -> exp.Expr:
+        if internal(n) or isinstance(n, exp.Case) and any(
+                internal(c) for c in n.find_all(exp.Column)):
+            return exp.var("(subquery)")
+        if isinstance(n, exp.Alias) and n.alias.startswith("_col_"):  # named by qualify
+            return n.this
+        return n
+
+    text = e.copy().transform(sub).sql("postgres")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _nests_local_subqueries(c: exp.Expr) -> bool:
+    """Whether ``c``, a [NOT] EXISTS / IN conjunct over a correlated subquery, holds a
+    subquery of its own in a condition (a scalar subquery, an EXISTS under OR, …) that
+    reads only the subquery's tables: then ``c`` is planned as a compared COUNT
+    (``unnest.counted``), its subquery a derived table planned like a FROM clause, rather
+    than as a semijoin, whose subquery is read flat."""
+    inner = c
+    while isinstance(inner, exp.Not | exp.Paren):
+        inner = inner.this
+    q = inner.this if isinstance(inner, exp.Exists) else inner.args.get("query")
+    sub = q.this if isinstance(q, exp.Subquery) else q
+    if not isinstance(sub, exp.Select):
+        return False
+    own = unnest.own_aliases(sub)
+    where = sub.args.get("where")
+    conds = A.conjuncts(where.this if where is not None else None) + [
+        x for j in sub.args.get("joins") or [] for x in A.conjuncts(j.args.get("on"))]
+    nested = [p for p in conds if p.find(exp.Query)]
+    return bool(nested) and bool(unnest.outer_columns(sub, own)) and not all(
+        _Converter.is_subquery_predicate(p) for p in nested) and not any(
+        unnest.outer_columns(p, own) for p in nested)
+
+
+def _resolves(scope: _Scope, table: str, column: str) -> bool:
+    try:
+        scope.resolve(table, column)
+    except UnsupportedSQL:
+        return False
+    return True
 
 
 def _own_aggregate(e: exp.Expr) -> bool:
@@ -228,10 +338,12 @@ def _connected_order(aliases: list[str], conjuncts: list[set[str | None]]) -> li
 
 
 class _Converter:
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, narrow: Catalog | None = None) -> None:
         self.catalog = catalog
+        self.narrow = narrow
         self.nids = itertools.count(1)
         self.used: set[str] = set()
+        self.absent: dict[str, str] = {}  # plan column of a column not in narrow → its type
 
     # -- naming --------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -316,9 +428,28 @@ class _Converter:
                     f"add PRIMARY KEY to {table.name}")
             cols = tuple(self.fresh(f"{alias}__{c.name}") for c in table.columns)
             scope.sources[alias] = {c.name: p for c, p in zip(table.columns, cols, strict=True)}
+            renamed = [i.name for i in item.args["alias"].columns] if item.args.get(
+                "alias") else []
+            if len(renamed) > len(cols):
+                raise UnsupportedSQL("column aliases", f"{alias} has {len(cols)} columns")
+            for i, new_name in enumerate(renamed):  # t AS x(a, b): the first columns renamed
+                if new_name in table.column_names[len(renamed):]:
+                    raise UnsupportedSQL("column aliases", f"{alias}.{new_name} would name "
+                                         "two columns")
+                scope.sources[alias][new_name] = cols[i]
+                if new_name != table.columns[i].name and table.columns[i].name not in renamed:
+                    del scope.sources[alias][table.columns[i].name]
+            scope.keys[alias] = tuple(cols[table.column_names.index(k)]
+                                      for k in table.primary_key)
             for c, p in zip(table.columns, cols, strict=True):
                 scope.nullable[p] = c.nullable
-            return A.Scan(self.nid(), table.name, alias, cols, table.column_names)
+            read = self.narrow.table(table.name) if self.narrow is not None else table
+            scanned = [(p, c.name) for c, p in zip(table.columns, cols, strict=True)
+                       if read.has_column(c.name)]
+            self.absent.update({p: c.type for c, p in zip(table.columns, cols, strict=True)
+                                if not read.has_column(c.name)})
+            return A.Scan(self.nid(), table.name, alias, tuple(p for p, _ in scanned),
+                          tuple(c for _, c in scanned))
         if isinstance(item, exp.Subquery):
             try:
                 node, names = self.query(item.this, None)
@@ -328,11 +459,13 @@ class _Converter:
                     raise
                 raise UnsupportedSQL(
                     "correlated subquery in FROM",
-                    f"the derived table {alias} refers to {ref} of an enclosing query, which "
+                    f"{'a subquery' if alias.startswith('__') else 'the derived table ' + alias}"
+                    f" refers to {ref} of an enclosing query, which "
                     "is not maintained; join its aggregate on the correlation columns "
                     "instead") from e
             fresh = [self.fresh(f"{alias}__{n}") for n in names]
             scope.sources[alias] = dict(zip(names, fresh, strict=True))
+            scope.nullable.update(zip(fresh, self.nullable(node), strict=True))
             return A.Project(self.nid(), node, tuple(
                 (f, A.col(c)) for f, c in zip(fresh, node.columns, strict=True)))
         raise UnsupportedSQL(item.key.upper(), "only tables and subqueries may appear in FROM")
@@ -344,11 +477,14 @@ class _Converter:
         def sub(n: exp.Expr) -> exp.Expr:
             nonlocal correlated
             if isinstance(n, exp.Query):
-                raise UnsupportedSQL("subquery in this position", f"{e.sql('postgres')[:80]}: "
+                raise UnsupportedSQL("subquery in this position", f"{_shown(e)}: "
                                      "not maintained")
             if isinstance(n, exp.Column) and n.table:
                 name, outer = scope.resolve(n.table, n.name)
                 correlated = correlated or outer
+                if name in self.absent:  # read by nothing that reaches the view
+                    return exp.Cast(this=exp.null(), to=exp.DataType.build(
+                        self.absent[name], dialect="postgres", udt=True))
                 return A.col(name)
             if isinstance(n, exp.Column):
                 raise UnsupportedSQL("column reference", f"unresolved column {n.sql()}")
@@ -367,6 +503,8 @@ class _Converter:
         pool = [f for c in A.conjuncts(where.this if where else None) for f in _factor_or(c)]
         pool = [unnest.quantified(c, self.fresh) or unnest.exists_one_row(c) or c
                 for c in pool]
+        pool = [unnest.counted(exp.paren(c)).this if not self.is_subquery_predicate(c)
+                or _nests_local_subqueries(c) else c for c in pool]
         own = unnest.own_aliases(s)
         scalars: list[exp.Expr] = []
         padded: list[unnest.Unnested] = []  # joined LEFT after the rest, read above
@@ -399,51 +537,26 @@ class _Converter:
         if padded:
             s = s.copy()
             s.set("expressions", items_out)
-        # FROM in order: inner joins gather (their ON conditions join the pool); an outer join
-        # takes everything before it as one input
         if from_ is None:  # SELECT without FROM reads the one-row relation
             alias = self.fresh("__one")
             nodes: list[A.Node] = [A.OneRow(self.nid(), alias)]
             scope.sources[alias] = {}
             aliases = [alias]
+            inner_on: list[exp.Expr] = []
         else:
-            nodes = [self.source(from_.this, scope)]
-            aliases = [from_.this.alias_or_name]
-        inner_on: list[exp.Expr] = []
-        for j in joins:
-            side = (j.side or "").upper()
-            on = [f for c in A.conjuncts(j.args.get("on")) for f in _factor_or(c)]
-            if side not in ("LEFT", "RIGHT", "FULL"):
-                nodes.append(self.source(j.this, scope))
-                aliases.append(j.this.alias_or_name)
-                inner_on += on
-                continue
-            below = list(inner_on)
-            if side == "LEFT":  # WHERE on the preserved side may filter before the join
-                below += [c for c in pool if not self.is_subquery_predicate(c)
-                          and self.within(c, aliases, scope)]
-                pool = [c for c in pool if not any(c is b for b in below)]
-            if any(self.is_subquery_predicate(c) or c.find(exp.Select) for c in below):
-                raise UnsupportedSQL("subquery in an ON condition before an outer join",
-                                     "not maintained; move it to WHERE")
-            left = self.join_tree(nodes, aliases, below, scope)
-            inner_on = []
-            right = self.source(j.this, scope)
-            unit = self.fresh("__outer")
-            node = self.outer_join(left, aliases, right, j.this.alias_or_name, side, on, scope)
-            for a in [*aliases, j.this.alias_or_name]:
-                scope.unit[a] = unit
-            nodes, aliases = [node], [unit]
+            nodes, aliases, inner_on, pool = self.from_clause(from_.this, joins, pool, scope, own)
         pool += inner_on
         nodes += [self.source(item, scope) for item in scalars]
         aliases += [item.alias_or_name for item in scalars]
         subqueries = [c for c in pool if self.is_subquery_predicate(c)]
         plain = [c for c in pool if not self.is_subquery_predicate(c)]
-        for c in plain:
+        for c in [*plain, *(u.conjunct for u in padded)]:
             if c.find(exp.Select):
-                raise UnsupportedSQL("subquery in a predicate", "subqueries are maintained in "
-                                     "FROM, as [NOT] EXISTS / [NOT] IN / ANY / ALL predicates "
-                                     "and as compared scalar aggregates")
+                raise UnsupportedSQL("subquery in a predicate", f"{unnest.subquery_position(c)}"
+                                     " is not maintained; subqueries are maintained in FROM, "
+                                     "as [NOT] EXISTS / [NOT] IN / ANY / ALL conditions (also "
+                                     "EXISTS anywhere in WHERE, and IN / ANY / ALL under AND /"
+                                     " OR) and as compared scalar aggregates")
         node = self.join_tree(nodes, aliases, plain, scope)
         for c in subqueries:
             node = self.subquery_predicate(node, c, scope)
@@ -461,16 +574,89 @@ class _Converter:
             node = A.Select(self.nid(), node, A.conjoin(late))  # type: ignore[arg-type]
         return self.select_list(s, node, scope)
 
+    def from_clause(self, first: exp.Expr, joins: list[exp.Join], pool: list[exp.Expr],
+                    scope: _Scope, own: set[str]
+                    ) -> tuple[list[A.Node], list[str], list[exp.Expr], list[exp.Expr]]:
+        """FROM in order: inner joins gather (their ON conditions are returned, to join the
+        pool); an outer join takes everything before it as one input, with the conjuncts of
+        ``pool`` (WHERE) that read only its preserved side. Returns the inputs still to join,
+        their aliases, the inner ON conjuncts and the rest of the pool."""
+        node, alias = self.from_item(first, scope, own)
+        nodes, aliases = [node], [alias]
+        inner_on: list[exp.Expr] = []
+        sides = [(j.side or "").upper() for j in joins]
+        for i, j in enumerate(joins):
+            side = sides[i]
+            on = [f for c in A.conjuncts(j.args.get("on")) for f in _factor_or(c)]
+            if side not in ("LEFT", "RIGHT", "FULL"):
+                node, alias = self.from_item(j.this, scope, own)
+                nodes.append(node)
+                aliases.append(alias)
+                inner_on += on
+                continue
+            below = list(inner_on)
+            # WHERE on the preserved side may filter before the join, unless a later RIGHT or
+            # FULL join pads that side (then WHERE must see the padded rows)
+            if side == "LEFT" and not {"RIGHT", "FULL"} & set(sides[i + 1:]):
+                below += [c for c in pool if not self.is_subquery_predicate(c)
+                          and not c.find(exp.Select) and self.within(c, aliases, scope, own)]
+                pool = [c for c in pool if not any(c is b for b in below)]
+            if any(self.is_subquery_predicate(c) or c.find(exp.Select) for c in below):
+                raise UnsupportedSQL("subquery in an ON condition before an outer join",
+                                     "not maintained; move it to WHERE")
+            left = self.join_tree(nodes, aliases, below, scope)
+            inner_on = []
+            right, alias = self.from_item(j.this, scope, own)
+            node = self.outer_join(left, aliases, right, alias, side, on, scope)
+            nodes, aliases = [node], [self.merge(scope, [*aliases, alias])]
+        return nodes, aliases, inner_on, pool
+
+    def from_item(self, item: exp.Expr, scope: _Scope, own: set[str]) -> tuple[A.Node, str]:
+        """A FROM or JOIN item's algebra and alias; a parenthesised join is one input, under
+        one alias standing for its tables."""
+        group = unnest.join_group(item)
+        if group is None:
+            if isinstance(item, exp.Subquery) and not item.alias:
+                raise UnsupportedSQL("subquery in FROM without an alias", "name it")
+            return self.source(item, scope), item.alias_or_name
+        head = group.copy()
+        head.set("joins", None)
+        nodes, aliases, inner_on, _ = self.from_clause(head, list(group.args["joins"]), [],
+                                                        scope, own)
+        for c in inner_on:
+            if not self.within(c, aliases, scope, own):
+                raise UnsupportedSQL("parenthesised join reading a table outside it",
+                                     _shown(c))
+        node = self.join_tree(nodes, aliases, inner_on, scope)
+        return node, self.merge(scope, aliases)
+
+    def merge(self, scope: _Scope, aliases: list[str]) -> str:
+        """A fresh alias standing for the sources ``aliases`` (and those they stand for),
+        joined into one input (by an outer join or parentheses)."""
+        unit = self.fresh("__outer")
+        members = set(aliases)
+        for a in scope.sources:
+            if scope.unit.get(a, a) in members:
+                scope.unit[a] = unit
+        return unit
+
     def owner(self, scope: _Scope) -> dict[str, str]:
         """Plan column → the FROM item (or the outer join) it belongs to."""
         return {p: scope.unit.get(a, a) for a, cols in scope.sources.items()
                 for p in cols.values()}
 
-    def within(self, c: exp.Expr, aliases: list[str], scope: _Scope) -> bool:
-        """Whether ``c`` reads only the sources ``aliases`` (or enclosing queries)."""
-        t, _ = self.translate(c, scope)
-        owner = self.owner(scope)
-        return {owner.get(n) for n in A.referenced(t)} <= set(aliases) | {None}
+    @staticmethod
+    def within(c: exp.Expr, aliases: list[str], scope: _Scope, own: set[str]) -> bool:
+        """Whether ``c`` reads only the sources ``aliases`` (or enclosing queries); ``own``:
+        every source alias of the query, joined yet or not."""
+        for col in c.find_all(exp.Column):
+            if col.table in scope.sources:
+                if scope.unit.get(col.table, col.table) not in aliases:
+                    return False
+            elif col.table in own or scope.outer is None or not _resolves(
+                    scope.outer, col.table, col.name):
+                return False  # a source not joined yet (or a scalar subquery's, joined last)
+        return True
 
     def outer_join(self, left: A.Node, left_aliases: list[str], right: A.Node, alias: str,
                    side: str, on: list[exp.Expr], scope: _Scope) -> A.Node:
@@ -543,6 +729,10 @@ class _Converter:
             seen.add(alias)
             cur = A.Join(self.nid(), cur, right, A.conjoin(take(seen, alias)))
         rest = take(seen | {None}, None)
+        for u, c in zip(used, pool, strict=True):
+            if not u:  # never silently: a conjunct no input holds
+                raise UnsupportedSQL("predicate", f"{_shown(c)}: its columns are "
+                                     "not all available where it applies")
         p = A.conjoin(rest)
         return A.Select(self.nid(), cur, p) if p is not None else cur
 
@@ -588,12 +778,21 @@ class _Converter:
                 if len(names) != 1:
                     raise UnsupportedSQL("IN (subquery)", "the subquery must return one column")
                 pt, _ = self.translate(probe, scope)
+                if negated:  # NULL on either side makes NOT IN NULL, where ▷ keeps the row
+                    self.require_not_null(pt, scope, "NOT IN")
+                    if self.nullable(right)[0]:
+                        raise UnsupportedSQL("NOT IN over a nullable column",
+                                             "NOT IN is NULL-sensitive; declare the column NOT "
+                                             "NULL or write NOT EXISTS")
                 pred_parts.append(exp.EQ(this=pt, expression=A.col(right.columns[0])))
             elif sub.find(exp.AggFunc) or (isinstance(sub, exp.Select) and sub.args.get("group")):
                 raise UnsupportedSQL("EXISTS over an aggregate subquery", "not maintained")
             pred = A.conjoin(pred_parts)
         else:
             inner_scope = _Scope({}, scope)
+            if unnest.has_outer_join(sub):  # its joins into a derived table, planned as FROM
+                assert isinstance(sub, exp.Select)
+                sub = unnest.outer_join_probe(sub, self.fresh)
             from_ = sub.args.get("from_") or sub.args.get("from")
             if from_ is None:
                 raise UnsupportedSQL("subquery without FROM", "not maintained")
@@ -607,12 +806,22 @@ class _Converter:
             pool += A.conjuncts(where.this if where else None)
             local: list[exp.Expr] = []
             correlated: list[exp.Expr] = []
+            nested_preds: list[exp.Expr] = []  # EXISTS / IN of the subquery's own rows
             for p in pool:
+                if self.is_subquery_predicate(p) and not unnest.outer_columns(
+                        p, unnest.own_aliases(sub)):
+                    nested_preds.append(p)
+                    continue
                 if self.is_subquery_predicate(p) or p.find(exp.Select):
-                    raise UnsupportedSQL("nested subquery predicate", "not maintained")
+                    raise UnsupportedSQL("nested subquery predicate", f"{_shown(p)}: a "
+                                         "subquery inside a correlated subquery is maintained "
+                                         "as an EXISTS / IN condition reading only the tables "
+                                         "of the subquery it is in")
                 _, corr = self.translate(p, inner_scope)
                 (correlated if corr else local).append(p)
             right = self.join_tree(nodes, aliases, local, inner_scope)
+            for p in nested_preds:
+                right = self.subquery_predicate(right, p, inner_scope)
             preds = [self.translate(p, inner_scope)[0] for p in correlated]
             if probe is not None:
                 if len(sub.expressions) != 1:
@@ -632,6 +841,13 @@ class _Converter:
         cls = A.AntiJoin if negated else A.SemiJoin
         return cls(self.nid(), node, right, pred)
 
+    def nullable(self, node: A.Node) -> list[bool]:
+        """Whether each column of ``node`` may hold NULL (pass 1's inference, Table 1)."""
+        from idivm.planner.ids import infer_ids  # (the rules import the planner's model)
+
+        info = infer_ids(node, self.catalog)[1][node.nid]
+        return [info.nullable.get(c, True) for c in node.columns]
+
     def require_not_null(self, e: exp.Expr, scope: _Scope, what: str) -> None:
         for n in A.referenced(e):
             s: _Scope | None = scope
@@ -647,6 +863,10 @@ class _Converter:
     def select_list(self, s: exp.Select, node: A.Node, scope: _Scope
                     ) -> tuple[A.Node, list[str]]:
         items = list(s.expressions)
+        if any(isinstance(i, exp.Star) or isinstance(i, exp.Column) and isinstance(
+                i.this, exp.Star) for i in items):
+            raise UnsupportedSQL("*", "its columns could not be listed (a source has two "
+                                 "columns of one name); list the columns")
         names = [i.alias_or_name for i in items]
         group = s.args.get("group")
         having_sql = s.args.get("having")
@@ -692,10 +912,11 @@ class _Converter:
             for sq in scalars:
                 node = A.Join(self.nid(), node, sq, None)
                 post_scope.update({A.col(c).sql(): c for c in sq.columns})
-            exprs = [self.post_agg(self.translate(i.unalias(), scope)[0], post_scope)
+            names_of = scope.user_names()
+            exprs = [self.post_agg(self.translate(i.unalias(), scope)[0], post_scope, names_of)
                      for i in items]
             if having is not None:
-                hv = self.post_agg(self.translate(having, scope)[0], post_scope)
+                hv = self.post_agg(self.translate(having, scope)[0], post_scope, names_of)
                 node = A.Select(self.nid(), node, hv)
         else:
             exprs = [self.translate(i.unalias(), scope)[0] for i in items]
@@ -715,6 +936,7 @@ class _Converter:
         """
         group = s.args.get("group")
         group_exprs = [self.translate(g, scope)[0] for g in (group.expressions if group else [])]
+        group_exprs += self.dependent_columns(s, having, group_exprs, scope)
         below: list[tuple[str, exp.Expr]] = []
         post: dict[str, str] = {}
         gcols = []
@@ -760,6 +982,28 @@ class _Converter:
         agg = A.Aggregate(self.nid(), proj, tuple(gcols), tuple(aggs))
         return agg, post
 
+    def dependent_columns(self, s: exp.Select, having: exp.Expr | None,
+                          group_exprs: list[exp.Expr], scope: _Scope) -> list[exp.Expr]:
+        """Columns read outside aggregates of a table whose primary key is grouped on (as
+        PostgreSQL allows: they are functionally dependent on it), as more group keys, which
+        leaves the groups as they are."""
+        grouped = {g.name for g in group_exprs if isinstance(g, exp.Column)}
+        dependent = {p for alias, key in scope.keys.items() if key and set(key) <= grouped
+                     for p in scope.sources[alias].values()} - grouped
+        if not dependent:
+            return []
+        out: list[exp.Expr] = []
+        for e in [*s.expressions, *([having] if having is not None else [])]:
+            try:
+                t, _ = self.translate(e.unalias(), scope)
+            except UnsupportedSQL:
+                continue  # refused where it is translated
+            for c in t.find_all(exp.Column):
+                if c.name in dependent and c.find_ancestor(exp.AggFunc) is None:
+                    dependent.discard(c.name)
+                    out.append(A.col(c.name))
+        return out
+
     def distinct_aggregate(self, proj: A.Project, gcols: list[str], aggs: list[A.AggCall],
                            distinct: list[bool], post: dict[str, str]
                            ) -> tuple[A.Node, dict[str, str]]:
@@ -795,9 +1039,10 @@ class _Converter:
         return outer, {k: ren.get(v, v) for k, v in post.items()}
 
     @staticmethod
-    def post_agg(e: exp.Expr, post: dict[str, str]) -> exp.Expr:
+    def post_agg(e: exp.Expr, post: dict[str, str], names_of: dict[str, str]) -> exp.Expr:
         """An expression above γ (already in plan names): aggregate calls and group
-        expressions become the aggregate's output columns; anything else is an error."""
+        expressions become the aggregate's output columns; anything else is an error
+        (naming the column as the query does: ``names_of``, plan column → ``alias.column``)."""
 
         def rewrite(n: exp.Expr) -> exp.Expr:
             key = n.sql()
@@ -807,6 +1052,6 @@ class _Converter:
         allowed = set(post.values())
         for c in out.find_all(exp.Column):
             if c.name not in allowed:
-                raise UnsupportedSQL(
-                    "ungrouped column", f"{c.sql()} must appear in GROUP BY or an aggregate")
+                raise UnsupportedSQL("ungrouped column", f"{names_of.get(c.name, c.name)} "
+                                     "must appear in GROUP BY or an aggregate")
         return out

@@ -164,8 +164,8 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
     root, infos = infer_ids(view.root, catalog)  # pass 1
     narrow = read_catalog(root, infos, catalog)
     if narrow.tables != catalog.tables:  # plan over just the columns the view reads
+        view = parse_view(view_sql, catalog, dialect, narrow=narrow)
         catalog = narrow
-        view = parse_view(view_sql, catalog, dialect)
         root, infos = infer_ids(view.root, catalog)
     if strategy == "recompute":
         return _recompute_plan(name, view, root, infos, catalog)

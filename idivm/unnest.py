@@ -39,20 +39,45 @@ def _select_of(e: exp.Expr) -> exp.Expr:
     return e.this if isinstance(e, exp.Subquery) else e
 
 
+def join_group(item: exp.Expr) -> exp.Table | None:
+    """A parenthesised join, ``(a JOIN b ON …)`` as a FROM or JOIN item: its first table,
+    holding the joins; None for any other item."""
+    inner = item
+    while isinstance(inner, exp.Subquery) and not inner.alias:
+        inner = inner.this
+    if inner is not item and isinstance(inner, exp.Table) and inner.args.get("joins"):
+        return inner
+    return None
+
+
+def leaf_items(items: list[exp.Expr]) -> list[exp.Expr]:
+    """FROM and JOIN items with parenthesised joins opened: tables and derived tables."""
+    out: list[exp.Expr] = []
+    for i in items:
+        g = join_group(i)
+        if g is None:
+            out.append(i)
+        else:
+            head = g.copy()
+            head.set("joins", None)
+            out += [head, *leaf_items([j.this for j in g.args["joins"]])]
+    return out
+
+
+def _items(select: exp.Select) -> list[exp.Expr]:
+    from_ = select.args.get("from_") or select.args.get("from")
+    return leaf_items(([from_.this] if from_ is not None else []) + [
+        j.this for j in select.args.get("joins") or []])
+
+
 def own_aliases(select: exp.Select) -> set[str]:
     """The aliases a SELECT's own FROM and JOIN items introduce."""
-    from_ = select.args.get("from_") or select.args.get("from")
-    items = ([from_.this] if from_ is not None else []) + [
-        j.this for j in select.args.get("joins") or []]
-    return {i.alias_or_name for i in items}
+    return {i.alias_or_name for i in _items(select)}
 
 
 def own_sources(select: exp.Select) -> dict[str, exp.Expr]:
     """The FROM and JOIN items of a SELECT by alias (tables and derived tables)."""
-    from_ = select.args.get("from_") or select.args.get("from")
-    items = ([from_.this] if from_ is not None else []) + [
-        j.this for j in select.args.get("joins") or []]
-    return {i.alias_or_name: i for i in items}
+    return {i.alias_or_name: i for i in _items(select)}
 
 
 def outer_columns(e: exp.Expr, own: set[str]) -> list[exp.Column]:
@@ -70,7 +95,8 @@ def outer_columns(e: exp.Expr, own: set[str]) -> list[exp.Column]:
 
 def inline_constants(tree: exp.Expr) -> exp.Expr:
     """``(SELECT <constant>)`` — a subquery with no FROM, WHERE or aggregate, one column of
-    literals — as its value (DBToaster's ``(SELECT 3)``)."""
+    literals — as its value (DBToaster's ``(SELECT 3)``); ``EXISTS (SELECT … WHERE φ)``
+    without FROM as ``(φ) IS TRUE``."""
 
     def constant(q: exp.Expr) -> exp.Expr | None:
         if (isinstance(q, exp.Select) and not (q.args.get("from_") or q.args.get("from"))
@@ -81,6 +107,14 @@ def inline_constants(tree: exp.Expr) -> exp.Expr:
         return None
 
     def sub(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Exists) and isinstance(n.this, exp.Select) and not (
+                n.this.args.get("from_") or n.this.args.get("from")) and not any(
+                n.this.args.get(a) for a in ("group", "having", "distinct", "limit")) and not any(
+                x.find(exp.AggFunc) for x in n.this.expressions):
+            # EXISTS (SELECT … WHERE φ) without FROM: one row where φ holds
+            where = n.this.args.get("where")
+            return exp.paren(exp.Is(this=exp.paren(where.this.copy()), expression=exp.true())) \
+                if where is not None else exp.true()
         if isinstance(n, exp.In) and n.args.get("query") is not None:
             q = n.args["query"]
             v = constant(q.this if isinstance(q, exp.Subquery) else q)
@@ -156,6 +190,110 @@ def quantified(conjunct: exp.Expr, fresh: Callable[[str], str]) -> exp.Expr | No
     return probe if exists else exp.not_(probe)
 
 
+# -- EXISTS / IN inside a condition ------------------------------------------------------
+
+
+def counted(conjunct: exp.Expr) -> exp.Expr:
+    """``EXISTS (S)`` inside a WHERE conjunct (under OR, NOT, CASE …) as
+    ``(SELECT count(*) FROM S) > 0``, and under AND / OR only, ``x IN (SELECT y FROM S)`` as
+    ``(SELECT count(*) FROM S WHERE y = x) > 0``, ``x op ANY (…)`` as the count where
+    ``x op y`` is positive, ``x op ALL (…)`` as the count where ``x op y`` is not true being
+    0: compared scalar aggregates, which ``scalar`` decorrelates (a COUNT is 0 over no rows:
+    joined LEFT, read as 0 where no row joins). Exact: EXISTS is two-valued, as the
+    comparison is; an IN / ANY / ALL that is NULL rather than false rejects the row as false
+    does wherever only AND and OR are above it. A top-level EXISTS / IN conjunct is left to
+    the semijoin."""
+    conjunct = conjunct.copy()
+
+    def plain(sub: exp.Expr) -> bool:
+        return isinstance(sub, exp.Select) and bool(
+            sub.args.get("from_") or sub.args.get("from")) and not any(
+            sub.args.get(a) for a in ("group", "having", "distinct", "limit")) and not any(
+            x.find(exp.AggFunc) for x in sub.expressions)
+
+    def positive(n: exp.Expr) -> bool:
+        p = n.parent
+        while p is not None and n is not conjunct:
+            if not isinstance(p, exp.And | exp.Or | exp.Paren):
+                return False
+            n, p = p, p.parent
+        return True
+
+    for e in list(conjunct.find_all(exp.Exists, exp.In, *COMPARISONS)):
+        if e is conjunct or e.find_ancestor(exp.Query) is not None:
+            continue  # the conjunct itself; or inside a subquery, its own scope
+        zero = False  # the count must be 0 (ALL) rather than positive
+        if isinstance(e, COMPARISONS):  # x op ANY / ALL (SELECT y …) under AND / OR
+            quant = e.expression
+            if not isinstance(quant, exp.Any | exp.All) or not positive(e):
+                continue
+            body = _select_of(quant.this).copy()
+            if not isinstance(body, exp.Select) or not plain(body) or len(
+                    body.expressions) != 1:
+                continue
+            test: exp.Expr = type(e)(this=_wrapped(e.this),
+                                     expression=_wrapped(body.expressions[0].unalias()))
+            if isinstance(quant, exp.All):  # no y for which x op y is not true
+                zero = True
+                test = exp.not_(exp.Is(this=exp.paren(test), expression=exp.true()))
+            body = body.where(test, copy=False)
+        elif isinstance(e, exp.Exists) and plain(e.this):
+            body = e.this.copy()
+        elif isinstance(e, exp.In) and e.args.get("query") is not None and positive(e):
+            body = _select_of(e.args["query"]).copy()
+            if not isinstance(body, exp.Select) or not plain(body) or len(
+                    body.expressions) != 1:
+                continue
+            y, x = body.expressions[0].unalias(), e.this
+            body = body.where(exp.EQ(this=_wrapped(y), expression=_wrapped(x)), copy=False)
+        else:
+            continue
+        body.set("expressions", [exp.Count(this=exp.Star())])
+        cmp = exp.EQ if zero else exp.GT
+        e.replace(exp.paren(cmp(this=exp.Subquery(this=body), expression=exp.Literal.number(0))))
+    return conjunct
+
+
+def _wrapped(e: exp.Expr) -> exp.Expr:
+    return e.copy() if isinstance(e, exp.Column | exp.Literal) else exp.paren(e.copy())
+
+
+def subquery_position(c: exp.Expr) -> str:
+    """The first subquery of ``c`` as the user wrote it, and the operator it is under
+    (``EXISTS under OR``), for a refusal."""
+    q = c.find(exp.Query)
+    if q is None:
+        return "a subquery"
+    node: exp.Expr = q.parent if isinstance(q.parent, exp.Subquery) else q
+    what = "a scalar subquery"
+    if isinstance(node.parent, exp.Exists):
+        node, what = node.parent, "EXISTS"
+    elif isinstance(node.parent, exp.In):
+        node, what = node.parent, "IN (subquery)"
+    elif isinstance(node.parent, exp.Any | exp.All):
+        node = node.parent
+        what = f"{node.key.upper()} (subquery)"
+        if isinstance(node.parent, COMPARISONS):
+            node = node.parent
+            what = f"{_OPERATORS.get(node.key, node.key)} {what}"
+    p = node.parent
+    while isinstance(p, exp.Paren):
+        p = p.parent
+    if isinstance(p, exp.Not):
+        what = f"NOT {what}"
+        node = p
+        p = p.parent
+        while isinstance(p, exp.Paren):
+            p = p.parent
+    if p is None or node is c:
+        return what
+    return f"{what} under {_OPERATORS.get(p.key, p.key.upper())}"
+
+
+_OPERATORS = {"eq": "=", "neq": "<>", "gt": ">", "gte": ">=", "lt": "<", "lte": "<=",
+              "if": "CASE", "case": "CASE", "is": "IS", "coalesce": "COALESCE"}
+
+
 # -- scalar aggregate subqueries ----------------------------------------------------------
 
 
@@ -180,7 +318,7 @@ def exists_one_row(conjunct: exp.Expr) -> exp.Expr | None:
     values = {x.alias_or_name: x.unalias() for x in inner.expressions}
     where = sub.args.get("where")
     if where is None:
-        return None  # EXISTS over one row: true; left to the general path
+        return exp.true()  # an aggregate without GROUP BY has its one row
     phi = where.this.copy()
     for col in list(phi.find_all(exp.Column)):
         if col.table == alias and col.name in values:
@@ -435,3 +573,70 @@ def _correlation(c: exp.Expr, own: set[str]) -> tuple[exp.Expr, exp.Expr] | None
         if a_cols and not a_out and b_cols and len(b_out) == len(b_cols):
             return a, b
     return None
+
+
+# -- outer joins in an IN / EXISTS subquery ------------------------------------------------
+
+
+def has_outer_join(sub: exp.Expr) -> bool:
+    """Whether a SELECT's own FROM joins anything LEFT, RIGHT or FULL (or parenthesised)."""
+    if not isinstance(sub, exp.Select):
+        return False
+    from_ = sub.args.get("from_") or sub.args.get("from")
+    joins = sub.args.get("joins") or []
+    return any((j.side or "").upper() in ("LEFT", "RIGHT", "FULL") for j in joins) or any(
+        join_group(i) is not None for i in [*([from_.this] if from_ else []),
+                                            *[j.this for j in joins]])
+
+
+def outer_join_probe(sub: exp.Select, fresh: Callable[[str], str]) -> exp.Select:
+    """``IN (SELECT e FROM x LEFT JOIN y ON … WHERE local AND corr)`` (or EXISTS) →
+    ``IN (SELECT e' FROM (SELECT <the columns e and corr read> FROM x LEFT JOIN y ON … WHERE
+    local) AS __probe WHERE corr')``.
+
+    An IN / EXISTS subquery without aggregates is read flat, its sources joined and its
+    correlation conjuncts made the probe's condition: right for inner joins, but an outer join read
+    so loses its padded rows. Moved into a derived table, the joins are planned as a FROM clause
+    is (outer joins as outer joins) and only the correlation stays in the probe. Conjuncts of
+    WHERE apply after every join, so the correlated ones may move above the derived table; a
+    correlated ON condition may not (it decides which rows are padded): refused by name."""
+    own = own_aliases(sub)
+    for j in sub.args.get("joins") or []:
+        on = j.args.get("on")
+        if isinstance(on, exp.Expr) and outer_columns(on, own):
+            raise UnsupportedSQL(
+                "correlated ON condition in a subquery with an outer join",
+                f"{on.sql('postgres')[:80]}: an outer join's padded rows depend on it; move "
+                "the correlation to the subquery's WHERE")
+    where = sub.args.get("where")
+    local: list[exp.Expr] = []
+    corr: list[exp.Expr] = []
+    for c in _conjuncts(where.this if where is not None else None):
+        (corr if outer_columns(c, own) else local).append(c)
+    kept = [*sub.expressions, *corr]
+    for e in kept:
+        if e.find(exp.Query):
+            raise UnsupportedSQL("nested subquery predicate", "not maintained")
+    alias = fresh("__probe")
+    cols: dict[tuple[str, str], str] = {}
+    for e in kept:
+        for col in e.find_all(exp.Column):
+            if col.table in own:
+                cols.setdefault((col.table, col.name), f"__c{len(cols) + 1}")
+    body = sub.copy()
+    body.set("where", None)
+    if local:
+        body = body.where(exp.and_(*[x.copy() for x in local]), copy=False)
+    items = [exp.alias_(exp.column(n, table=t), name) for (t, n), name in cols.items()]
+    body.set("expressions", items or [exp.alias_(exp.Literal.number(1), "__c0")])
+
+    def reread(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Column) and (n.table, n.name) in cols:
+            return exp.column(cols[(n.table, n.name)], table=alias)
+        return n
+
+    out = exp.select(*[e.copy().transform(reread) for e in sub.expressions]).from_(
+        exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    if corr:
+        out = out.where(exp.and_(*[x.copy().transform(reread) for x in corr]), copy=False)
+    return out

@@ -27,6 +27,7 @@ from idivm.planner.ruleapi import (
     t,
     union_all,
 )
+from idivm.planner.typing_ import aggregate_type
 from idivm.render import Renderer
 
 if TYPE_CHECKING:
@@ -47,17 +48,14 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
             lineage[k] = ci.lineage.get(a.arg, frozenset()) if a.arg else frozenset()
             nullable[k] = True
             types[k] = None
-        # where the result type is plain (a typed NULL for it is needed where a ∪ pads it)
-        arg_ty = (ci.types.get(a.arg) or "").upper() if a.arg else ""
+        # where the result type is certain (a typed NULL for it is needed where a ∪ pads it)
+        arg_type = ci.types.get(a.arg) if a.arg else None
         for k in a.state:
             if k.startswith("__nn_"):
                 types[k] = "BIGINT"
-        if a.func in ("count", "count_star"):
-            types[a.name] = "BIGINT"
-        elif a.func in ("min", "max") and arg_ty:
-            types[a.name] = arg_ty
-        elif a.func == "sum" and arg_ty in ("INT", "INTEGER", "SMALLINT", "INT4", "INT2"):
-            types[a.name] = "BIGINT"
+            elif k.startswith("__sum_"):
+                types[k] = aggregate_type("sum", arg_type)
+        types[a.name] = aggregate_type(a.func, arg_type)
     for k in ("__g", A.COUNT):
         lineage[k], nullable[k], types[k] = frozenset(), False, "BIGINT"
     return node, NodeInfo(

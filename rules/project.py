@@ -13,6 +13,7 @@ from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo, post_name, pre_name
 from idivm.planner.ruleapi import OperatorRule, RuleContext, c, minimize_key, select
+from idivm.planner.typing_ import expression_type
 from idivm.render import Flat, Renderer
 
 
@@ -81,7 +82,7 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
                for n, e in exprs}
     nullable = {n: ci.nullable.get(e.name, True) if isinstance(e, exp.Column) else True
                 for n, e in exprs}
-    types = {n: ci.types.get(e.name) if isinstance(e, exp.Column) else None for n, e in exprs}
+    types = {n: expression_type(e, ci.types) for n, e in exprs}
     ids = tuple(m[x] for x in ci.ids)
     return node, NodeInfo(
         ids=minimize_key(ids, fds, equiv),

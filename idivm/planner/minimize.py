@@ -5,6 +5,7 @@ Input ⋉_IDs Δ before it is read from the (base or cached) relation:
 
 - C1 (Δ+ ⊆ R):           R ⋉_I Δ+  → Δ+
 - C3 (Δu agrees with R):  R ⋉_I Δu  → π_{I, A''_post → A} Δu   when Δu carries every attribute
+                          and names only rows of R (not at or above a ⋉ / ▷)
 - C2 (Δ- ∩ R = ∅):        R ⋉_I Δ-  → ∅                       for a base table's Δ-
 - pre-images:             R_pre ⋉_I Δ → π_{I, A'_pre → A} Δ    when Δ carries every pre-state
 
@@ -36,10 +37,21 @@ def c1_insert(which: str, node: A.Node, d: DiffNode) -> exp.Expr | None:
 
 def c3_full_update(which: str, node: A.Node, d: DiffNode) -> exp.Expr | None:
     s = d.schema
-    if which == "post" and s.kind == "upd" and set(node.columns) <= set(s.ids) | set(s.post):
+    if which == "post" and s.kind == "upd" and set(node.columns) <= set(s.ids) | set(
+            s.post) and updates_name_output_rows(node):
         return select([(k, c(k if k in s.ids else post_name(k), "z")) for k in node.columns],
                       t(d.name, "z"))
     return None
+
+
+def updates_name_output_rows(node: A.Node) -> bool:
+    """Whether every Δu of ``node`` names rows of its output, as C3 assumes. Not so at or
+    above a ⋉ / ▷ through π and σ: Table 13 passes a Δu of l's attributes outside φ for
+    every l row it names, in the output or not (the probe is not re-run), and π and σ pass
+    it on; read as ``Input ⋉_I Δu``, such a Δu would bring rows the probe filtered out."""
+    while isinstance(node, A.Project | A.Select):
+        node = node.child
+    return not isinstance(node, A.SemiJoin | A.AntiJoin)
 
 
 def c2_base_delete(which: str, node: A.Node, d: DiffNode) -> exp.Expr | None:
@@ -189,7 +201,9 @@ def _merge_once(q: exp.Expr) -> bool:
     → SELECT f(g) … FROM R JOIN T ON p JOIN U ON v(g) WHERE w AND u
 
     The derived table must be ``_simple``, in FROM or inner-joined (a derived table in FROM
-    may be the preserved side of LEFT JOINs: its filter then commutes with them); its sources
+    may be the preserved side of LEFT JOINs: its filter then commutes with them), and no RIGHT
+    or FULL join may follow it (that one pads it: its WHERE would drop the padded rows, a
+    constant it selects would fill them); its sources
     are renamed where their aliases are taken in ``q``. Says whether it merged one (``q`` is
     rewritten in place)."""
     if not isinstance(q, exp.Select) or q.args.get("laterals"):
@@ -200,6 +214,8 @@ def _merge_once(q: exp.Expr) -> bool:
             continue
         if pos > 0 and not _inner(joins[pos - 1]):
             continue
+        if any((j.args.get("side") or "").upper() in ("RIGHT", "FULL") for j in joins[pos:]):
+            continue  # a later join pads it: its filter and constants would apply to padding
         if _merge_at(q, pos, src):
             return True
     return False

@@ -1,6 +1,6 @@
 """Antisemijoin l ▷_φ r, tuple-based: changes of l pass; a new r row deletes the full
-pre-images of the l rows it now matches; a deleted r row deletes and re-inserts the l rows it
-touched, as they qualify now."""
+pre-images of the l rows it gives their first match; a deleted r row inserts the l rows it
+touched that now match nothing (``semijoin.right_change``, the flips of the probe)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,7 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     check(d, "▷")
     if idx == 0:
         return left_change(ctx, node, d, True, "▷")
-    # a new r row only removes l rows; a deleted one only lets l rows in
-    gone = d.schema.kind == "del"
-    return right_change(ctx, node, d, True, "▷", delete=not gone, insert=gone)
+    return right_change(ctx, node, d, True, "▷")
 
 
 RULE = OperatorRule(op=A.AntiJoin, paper="classical (tuple-based)", infer=id_anti.RULE.infer,

@@ -1,10 +1,8 @@
-"""Semijoin l ⋉_φ r, tuple-based: changes of l pass (Δ+ re-probes r_post); a change of r
-deletes the full pre-image of every l row it may flip (from l_pre) and inserts the touched l
-rows that qualify now."""
+"""Semijoin l ⋉_φ r, tuple-based: changes of l pass (Δ+ re-probes r_post, Δ- r_pre); a change
+of r moves exactly the l rows whose probe it flips: a Δ+_r inserts the touched l rows that
+matched no r_pre row, a Δ-_r deletes the touched l rows that match no r_post row."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from sqlglot import exp
 
@@ -45,33 +43,35 @@ def left_change(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode, ne
 
 
 def right_change(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
-                 negate: bool, name: str, delete: bool, insert: bool) -> list[DiffNode]:
-    """For the l rows φ-joining a changed r row (its pre- or post-image): (``delete``) Δ- of
-    the full pre-images of those in the output before, (``insert``) Δ+ of those, post-state,
-    that qualify now."""
+                 negate: bool, name: str) -> list[DiffNode]:
+    """The l rows a change of r flips: those whose probe goes from no match to some (a Δ+_r
+    touches them, and they matched no r_pre row) or from some match to none (a Δ-_r touches
+    them, and they match no r_post row). ⋉ inserts the first and deletes the second; ▷ the
+    other way round. A t-diff counts, so an l row that keeps a match (one more, one fewer, or
+    the right side's projection repeating a value) must not move at all.
+
+    Only l rows that are the same before and after are flipped here: an l row that changed
+    is a Δ-_l of its old tuple and a Δ+_l of its new one, which ``left_change`` decides
+    against r_pre and r_post; what this rule says of it is a subset of that (the same tuples,
+    which the consumers of a t-diff merge as a set)."""
     nid = node.nid
     ids = ctx.info(nid).ids
-    which: Sequence[str] = ["pre"] if d.schema.kind == "del" else ["post"]
-    touched = id_semi.affected_left(ctx, node, d, which)
-    lpre = ctx.state("pre", node.left.nid, "l")
-    cond_pre: exp.Expr = id_semi.probe(ctx, node, "l", ctx.state("pre", node.right.nid, "o"),
-                                       {k: c(k, "o") for k in node.right.columns})
-    if negate:
-        cond_pre = exp.Not(this=cond_pre)
+    gained = d.schema.kind == "ins"  # r rows added: l rows may gain their first match
+    touched = id_semi.affected_left(ctx, node, d, ["post" if gained else "pre"])
+    before = "pre" if gained else "post"  # the other state, where the flipped rows match nothing
+    other = id_semi.probe(ctx, node, "l", ctx.state(before, node.right.nid, "o"),
+                          {k: c(k, "o") for k in node.right.columns})
+    where = exp.and_(touched, exp.Not(this=other))
+    comes_in = gained != negate  # ⋉ gaining, ▷ losing a match: post-state rows come in
+    src = ctx.state("post" if comes_in else "pre", node.left.nid, "l")
+    if comes_in:
+        return [ctx.emit("ins", nid, ids, select([(k, c(k, "l")) for k in node.columns], src,
+                                                 where),
+                         f"t-diff {name}: Δ+ = the l rows Δ_r flips into the output", [d])]
     rest = [k for k in node.columns if k not in ids]
-    out = [] if not delete else [ctx.emit("del", nid, ids, select(
-        [(k, c(k, "l")) for k in ids] + [(pre_name(k), c(k, "l")) for k in rest], lpre,
-        exp.and_(touched, cond_pre)),
-        f"t-diff {name}: Δ- = the full l_pre rows in the output that Δ_r touches", [d], rest)]
-    if insert:
-        lpost = ctx.state("post", node.left.nid, "l")
-        cond: exp.Expr = id_semi.probe(ctx, node, "l", *id_semi.right_state(ctx, node, "o"))
-        if negate:
-            cond = exp.Not(this=cond)
-        out.append(ctx.emit("ins", nid, ids, select(
-            [(k, c(k, "l")) for k in node.columns], lpost, exp.and_(touched.copy(), cond)),
-            f"t-diff {name}: Δ+ = the touched l_post rows that qualify now", [d]))
-    return out
+    return [ctx.emit("del", nid, ids, select(
+        [(k, c(k, "l")) for k in ids] + [(pre_name(k), c(k, "l")) for k in rest], src, where),
+        f"t-diff {name}: Δ- = the full l rows Δ_r flips out of the output", [d], rest)]
 
 
 def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
@@ -79,9 +79,7 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     check(d, "⋉")
     if idx == 0:
         return left_change(ctx, node, d, False, "⋉")
-    # a new r row only adds l rows; a deleted one may remove some (others still qualify)
-    gone = d.schema.kind == "del"
-    return right_change(ctx, node, d, False, "⋉", delete=gone, insert=True)
+    return right_change(ctx, node, d, False, "⋉")
 
 
 RULE = OperatorRule(op=A.SemiJoin, paper="classical (tuple-based)", infer=id_semi.infer,

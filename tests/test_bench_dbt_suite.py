@@ -1,5 +1,6 @@
 """``idivm bench dbt-suite`` on a miniature of DBToaster's query tree: declarations read
-(INCLUDE, comments, FROM FILE clauses), keys added, refusals checked against PostgreSQL."""
+(INCLUDE, comments, FROM FILE clauses, subdirectories), names in their original case, keys
+added, each query's status from PostgreSQL's verdict as a view and idivm's."""
 
 from __future__ import annotations
 
@@ -29,25 +30,40 @@ def _tree(root: Path) -> None:
         "SELECT SUM(b1.price * b1.volume) AS vwap FROM bids b1 WHERE 0.25 * "
         "(SELECT SUM(b3.volume) FROM bids b3) > (SELECT SUM(b2.volume) FROM bids b2 "
         "WHERE b2.price > b1.price);\n")
+    (q / "simple" / "case01").mkdir()  # a subdirectory, as DBToaster's simple/case01
+    (q / "simple" / "case01" / "upper.sql").write_text(
+        "CREATE STREAM R(A int, B int)\n  FROM FILE 'r.dat' LINE DELIMITED CSV ();\n"
+        "SELECT COUNT(*), SUM(1), SUM(R.A) FROM R;\n"  # PostgreSQL names two columns "sum"
+        "SELECT A / 2, B / 3 FROM R WHERE R.A = 1 OR R.B = 2;\n"  # "?column?" twice
+        "SELECT R.A AS X, R.B AS x FROM R;\n")  # x twice, as the query names them
 
 
 def test_suite_counts_and_legitimate_refusals(pg_dsn: str, tmp_path: Path) -> None:
     _tree(tmp_path)
     [f] = [f for f in dbt_suite.load(tmp_path) if f.name == "two"]
-    assert "PRIMARY KEY (a, b)" in f.ddl and len(f.queries) == 4
+    # the names as DBToaster writes them (PostgreSQL folds them), the whole row as the key
+    assert "CREATE TABLE R (A int NOT NULL, B int NOT NULL, PRIMARY KEY (A, B))" in f.ddl
+    assert len(f.queries) == 4
     [v] = dbt_suite.load(tmp_path, ("finance",))
     assert "PRIMARY KEY (id)" in v.ddl and "double precision" in v.ddl
     summary = dbt_suite.run(tmp_path, pg_dsn, tmp_path / "out", Console(file=None, width=120,
-                                                                         quiet=True))
-    assert summary["queries"] == 5  # schema.sql only declares
+                                                                         quiet=True),
+                            verify_accepted=True)
+    assert summary["files"] == 3 and summary["queries"] == 8  # schema.sql only declares
     by = {r["query"]: r for r in json.loads(
         (tmp_path / "out" / "dbt_suite.json").read_text())["queries"]}
     assert by["two#1"]["status"] == "accepted"
-    assert by["two#2"]["status"] == "refused: not a view (duplicate output columns)"
+    assert by["two#2"]["status"] == dbt_suite.NOT_A_VIEW  # r1.A, r2.A, … from the stars
     assert by["two#3"]["status"] == "accepted"  # LISTMAX is GREATEST
     assert by["two#3"]["dialect_rewritten"] == ["LISTMAX"]
-    assert by["two#4"]["status"] == "refused: PostgreSQL rejects it"  # an external function
+    assert by["two#4"]["status"] == dbt_suite.PG_REJECTS  # an external function
     assert by["vwap"]["status"] == "accepted"  # its non-equality correlation: a magic set
+    # unnamed columns whose PostgreSQL names repeat are a view once named (idivm names them)
+    assert by["case01/upper#1"]["status"] == by["case01/upper#2"]["status"] == "accepted"
+    assert "unnamed_columns" in by["case01/upper#1"]
+    assert by["case01/upper#3"]["status"] == dbt_suite.NOT_A_VIEW
+    assert summary["views"] == 5 and summary["accepted"] == 5
+    assert summary["verified"] == {"yes": 5}  # maintained = recomputed, original case
 
 
 def test_dbtoaster_dialect_is_rewritten_to_the_sql_it_means(pg_dsn: str) -> None:

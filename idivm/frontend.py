@@ -47,11 +47,12 @@ class ViewQuery:
 
 
 def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres",
-               narrow: Catalog | None = None) -> ViewQuery:
+               narrow: Catalog | None = None, schema: str | None = None) -> ViewQuery:
     """The view's algebra. ``narrow``: the catalog restricted to the columns the view reads
     (``plan.read_catalog``): names resolve in ``catalog``, scans carry ``narrow``'s columns
     only, and a column outside them (a derived table's column nothing above reads) is a typed
-    NULL there, its value never reaching the view."""
+    NULL there, its value never reaching the view. ``schema``: the schema the catalog
+    describes; a table qualified by it is the catalog's, one qualified by another is refused."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except ParseError as e:
@@ -66,6 +67,7 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres",
     _refuse(tree)
     tree = _alias_tables(unnest.inline_constants(_inline_ctes(tree)))
     for t in tree.find_all(exp.Table):
+        _unqualify(t, schema)
         if t.name and not catalog.has_table(t.name):
             raise CatalogError(f"unknown table {t.name!r} in the view")
     try:
@@ -78,6 +80,19 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres",
     if len(set(names)) != len(names):
         raise UnsupportedSQL("duplicate output column", "every view column needs its own name")
     return ViewQuery(root=root, columns=tuple(names), sql=sql)
+
+
+def _unqualify(t: exp.Table, schema: str | None) -> None:
+    """Drop a qualification naming the catalog's own schema; refuse any other (the catalog
+    holds one schema's tables: ``other.t`` must not silently read the catalog's ``t``)."""
+    if not t.db and not t.catalog:
+        return
+    shown = ".".join(p for p in (t.catalog, t.db, t.name) if p)
+    if t.catalog or schema is None or t.db != schema:
+        raise UnsupportedSQL("table of another schema",
+                             f"{shown}: a view reads the tables of its maintainer's schema"
+                             + (f" ({schema})" if schema else "; write the table unqualified"))
+    t.set("db", None)
 
 
 def _refuse(tree: exp.Expr) -> None:

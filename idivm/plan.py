@@ -154,17 +154,19 @@ class Plan:
 
 
 def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | None = None,
-         dialect: str = "postgres", strategy: Strategy = "id") -> Plan:
+         dialect: str = "postgres", strategy: Strategy = "id",
+         schema: str | None = None) -> Plan:
     """Plan deferred maintenance of ``view_sql``: ID-based (the four passes of §4), with the
     same passes over tuple-based rules (``strategy="tuple"``, the paper's baseline), or by
-    recomputation (``strategy="recompute"``)."""
+    recomputation (``strategy="recompute"``). ``schema``: the schema ``catalog`` describes
+    (tables qualified by it are accepted; any other qualification is refused)."""
     if strategy not in STRATEGIES:
         raise IdivmError(f"unknown strategy {strategy!r}: use {', '.join(STRATEGIES)}")
-    view = parse_view(view_sql, catalog, dialect)
+    view = parse_view(view_sql, catalog, dialect, schema=schema)
     root, infos = infer_ids(view.root, catalog)  # pass 1
     narrow = read_catalog(root, infos, catalog)
     if narrow.tables != catalog.tables:  # plan over just the columns the view reads
-        view = parse_view(view_sql, catalog, dialect, narrow=narrow)
+        view = parse_view(view_sql, catalog, dialect, narrow=narrow, schema=schema)
         catalog = narrow
         root, infos = infer_ids(view.root, catalog)
     if strategy == "recompute":

@@ -327,3 +327,30 @@ def test_planned_views_equal_their_query_on_postgres(pg_dsn: str, pg_schema: str
                 for name in PLANNED:
                     m.maintain(name)
                 check(f"after round {r}")
+
+
+def test_a_table_of_another_schema_is_refused() -> None:
+    """The catalog holds one schema's tables: ``other.t`` must not silently read its ``t``."""
+    with pytest.raises(UnsupportedSQL, match="another schema"):
+        idivm.plan("SELECT x.i FROM other.t AS x", CAT, schema="mine")
+    with pytest.raises(UnsupportedSQL, match="another schema"):
+        idivm.plan("SELECT t.i FROM db.mine.t", CAT, schema="mine")
+    with pytest.raises(UnsupportedSQL, match="another schema"):
+        idivm.plan("SELECT t.i FROM other.t", CAT)
+    idivm.plan("SELECT t.i, u.j FROM mine.t JOIN t AS u ON u.i = t.i", CAT, schema="mine")
+
+
+def test_a_qualified_table_of_the_maintainers_schema_is_read(pg_dsn: str,
+                                                            pg_schema: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, \
+            PostgresMaintainer(pg_dsn, pg_schema) as m:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg_schema)))
+        conn.execute("CREATE TABLE t (i int PRIMARY KEY, j int)")
+        conn.execute("INSERT INTO t VALUES (1, 1)")
+        view = sql.SQL("SELECT t.i, t.j FROM {}.t").format(sql.Identifier(pg_schema))
+        m.create_view("v", view.as_string(conn))
+        with pytest.raises(UnsupportedSQL, match="another schema"):
+            m.create_view("w", "SELECT t.i FROM public.t")
+        conn.execute("UPDATE t SET j = 2")
+        m.maintain("v")
+        assert conn.execute("SELECT * FROM v").fetchall() == [(1, 2)]

@@ -161,7 +161,8 @@ class PostgresMaintainer:
         if name not in self._plans:
             e = self._entry(name)
             self._plans[name] = plan(e["sql"], Catalog.from_ddl(e["catalog"]), name=name,
-                                     changes=e["changes"], strategy=e["strategy"])
+                                     changes=e["changes"], strategy=e["strategy"],
+                                     schema=self.schema)
         return self._plans[name]
 
     # -- API ---------------------------------------------------------------------------------
@@ -180,7 +181,8 @@ class PostgresMaintainer:
             raise BackendError(f"view name {name!r} is longer than PostgreSQL's "
                                f"{MAX_IDENT}-byte identifiers")
         full = catalog or self.catalog()
-        p = plan(view_sql, full, name=name, changes=changes, strategy=strategy)
+        p = plan(view_sql, full, name=name, changes=changes, strategy=strategy,
+                 schema=self.schema)
         self._check_functions(view_sql)
         # the plan's catalog holds just the columns the view reads: the log holds those, and
         # DDL on the others is absorbed

@@ -637,6 +637,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--keep", action="store_true",
                    help="keep the benchmark schemas (default: dropped at the end and on error)")
     b.set_defaults(func=cmd_bench_pg)
+
+    from idivm.fuzz.command import add_parser as add_fuzz_parser
+
+    add_fuzz_parser(sub)
     return parser
 
 

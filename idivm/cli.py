@@ -200,11 +200,12 @@ def cmd_bench_dbt_suite(args: argparse.Namespace) -> int:
     from idivm.bench import dbt_suite
 
     root = Path(args.queries)
+    if root.name == "queries" and root.parent.name == "test":  # its test/queries folder
+        root = root.parent.parent
     if not (root / "test" / "queries").is_dir():
         raise IdivmError(f"{root} is not a dbtoaster-a5 checkout (no test/queries in it)")
     summary = dbt_suite.run(root, args.dsn, Path(args.out), verify_accepted=args.verify)
     return 1 if summary["verified"].get("no") else 0
-    return 0
 
 
 def cmd_bench_spark(args: argparse.Namespace) -> int:

@@ -95,6 +95,14 @@ def _unqualify(t: exp.Table, schema: str | None) -> None:
     t.set("db", None)
 
 
+def _with_equality(type_name: str) -> str:
+    """A type for a NULL standing for a column nothing reads: its own, unless that type has
+    no ``=`` (the NULL is still de-duplicated and compared by the i-diffs that carry it):
+    json becomes jsonb (same operators), xml text."""
+    base = type_name.strip().lower()
+    return {"json": "jsonb", "xml": "text"}.get(base, type_name)
+
+
 def _refuse(tree: exp.Expr) -> None:
     """Name the first construct idivm does not maintain, with the reason."""
     for node in tree.walk():
@@ -499,7 +507,7 @@ class _Converter:
                 correlated = correlated or outer
                 if name in self.absent:  # read by nothing that reaches the view
                     return exp.Cast(this=exp.null(), to=exp.DataType.build(
-                        self.absent[name], dialect="postgres", udt=True))
+                        _with_equality(self.absent[name]), dialect="postgres", udt=True))
                 return A.col(name)
             if isinstance(n, exp.Column):
                 raise UnsupportedSQL("column reference", f"unresolved column {n.sql()}")

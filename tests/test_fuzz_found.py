@@ -68,6 +68,16 @@ CASES = {
          "UPDATE t4 SET c0 = 2 WHERE k0 = 1", "DELETE FROM t1 WHERE k0 = 1"),
         "SELECT 6 AS c0, a2.k0 AS c1, a2.c0 AS c2, a1.c3 AS c3 FROM t1 AS a1 LEFT JOIN t4 AS a2 "
         "ON a1.c3 = a2.c3 RIGHT JOIN t2 AS a3 ON a2.c0 = a3.c0 WHERE a1.c1 < 2"),
+    # --json-columns seed 50: a json column nothing reads, inside EXISTS over a derived table:
+    # its NULL stand-in was typed json and de-duplicated ("no equality operator for json")
+    "seed50_json_column_nothing_reads": Case(
+        "CREATE TABLE t2 (k0 bigint PRIMARY KEY, c0 json, c1 int NOT NULL);"
+        "CREATE TABLE t3 (k0 int PRIMARY KEY, c2 int);",
+        "INSERT INTO t2 VALUES (5, '[5]', 5)",
+        ("INSERT INTO t2 VALUES (1, '{}', 1)", "INSERT INTO t3 VALUES (1, 1)",
+         "UPDATE t2 SET c0 = '[1]'", "DELETE FROM t3"),
+        "SELECT a1.k0 FROM t2 AS a1 WHERE EXISTS (SELECT 1 FROM (SELECT a5.c0 AS c3 "
+        "FROM t3 AS a4 JOIN t2 AS a5 ON a4.c2 = a5.k0) AS d3)"),
 }
 
 

@@ -256,7 +256,11 @@ def comparable(tree: exp.Expr, types: Mapping[str, Mapping[str, exp.DataType]]) 
         if not dedup or isinstance(node.parent, exp.SetOperation):
             continue  # (a branch of a set operation: handled with it)
         outs = node.selects
-        bad = {i: o.type for i, o in enumerate(outs) if o.type is not None and _no_equality(o.type)}
+        bad: dict[int, exp.DataType] = {}
+        for leaf in _leaves(node):  # any branch typing a column json/xml makes it json/xml
+            for i, o in enumerate(leaf.selects):
+                if o.type is not None and _no_equality(o.type):
+                    bad.setdefault(i, o.type)
         names = node.named_selects
         if bad and len(names) == len(outs) and all(names):
             plans.append((node, bad, names))

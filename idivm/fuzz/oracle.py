@@ -87,8 +87,8 @@ def _error_class(detail: str) -> str:
 
 
 # -- multiset comparison ---------------------------------------------------------------------
-def normalize_value(value: Any) -> Any:
-    """Canonical form of a value: numbers by value, rounded to ``PLACES`` decimals."""
+def normalize_value(value: Any, places: int = PLACES) -> Any:
+    """Canonical form of a value: numbers by value, rounded to ``places`` decimals."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, float):
@@ -96,7 +96,7 @@ def normalize_value(value: Any) -> Any:
     if isinstance(value, Decimal):
         if not value.is_finite():
             return str(value)
-        rounded = round(value, PLACES)
+        rounded = round(value, places)
         if rounded == rounded.to_integral_value():
             return int(rounded)
         return rounded.normalize()
@@ -105,8 +105,10 @@ def normalize_value(value: Any) -> Any:
     return value
 
 
-def normalize_rows(rows: Iterable[Sequence[Any]]) -> Counter[tuple[Any, ...]]:
-    return Counter(tuple(normalize_value(v) for v in row) for row in rows)
+def normalize_rows(rows: Iterable[Sequence[Any]], places: int = PLACES
+                   ) -> Counter[tuple[Any, ...]]:
+    """The rows as a multiset of normalized tuples."""
+    return Counter(tuple(normalize_value(v, places) for v in row) for row in rows)
 
 
 def diff_text(got: Counter[tuple[Any, ...]], want: Counter[tuple[Any, ...]]) -> str:

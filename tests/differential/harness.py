@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from decimal import Decimal
 from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from idivm.fuzz import oracle
 
 from .schemas import SCHEMAS, SchemaDef
 from .views import VIEWS_BY_NAME, ViewDef
@@ -29,23 +30,12 @@ RowMultiset = Counter[tuple[Any, ...]]
 
 def normalize_value(value: Any) -> Any:
     """Canonical form of a value for multiset comparison (Decimals and floats by value)."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, float):
-        value = Decimal(repr(value))
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            return value
-        rounded = round(value, DECIMAL_PLACES)
-        if rounded == rounded.to_integral_value():
-            return int(rounded)
-        return rounded.normalize()
-    return value
+    return oracle.normalize_value(value, DECIMAL_PLACES)
 
 
 def normalize_rows(rows: Iterable[Sequence[Any]]) -> RowMultiset:
     """The rows as a multiset of normalized tuples."""
-    return Counter(tuple(normalize_value(v) for v in row) for row in rows)
+    return oracle.normalize_rows(rows, DECIMAL_PLACES)
 
 
 def run_query(

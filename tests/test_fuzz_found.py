@@ -78,6 +78,16 @@ CASES = {
          "UPDATE t2 SET c0 = '[1]'", "DELETE FROM t3"),
         "SELECT a1.k0 FROM t2 AS a1 WHERE EXISTS (SELECT 1 FROM (SELECT a5.c0 AS c3 "
         "FROM t3 AS a4 JOIN t2 AS a5 ON a4.c2 = a5.k0) AS d3)"),
+    # seeds 10022, 10040: merging an i-diff's derived table into the EXISTS that probes the
+    # node's state pulled its source "s" into a query correlated to an outer "s"
+    "seed10040_merge_captures_an_outer_alias": Case(
+        "CREATE TABLE t0 (k0 text PRIMARY KEY, c1 text NOT NULL, c3 int NOT NULL);"
+        "CREATE TABLE t2 (k int PRIMARY KEY, n int NOT NULL);",
+        "INSERT INTO t0 VALUES ('a', 'x', 1), ('b', 'x', 2); INSERT INTO t2 VALUES (1, 1)",
+        ("UPDATE t0 SET c3 = 5 WHERE k0 = 'a'", "INSERT INTO t2 VALUES (2, 2)",
+         "UPDATE t0 SET c1 = 'y' WHERE k0 = 'b'", "DELETE FROM t0 WHERE k0 = 'a'"),
+        "SELECT d1.c0 AS c0, a4.n + d1.c0 AS c1 FROM (SELECT (SELECT MAX(a3.c3) FROM t0 AS a3 "
+        "WHERE a3.c1 = a2.c1) AS c0 FROM t0 AS a2) AS d1, t2 AS a4"),
 }
 
 

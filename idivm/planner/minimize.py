@@ -246,6 +246,10 @@ def _merge_at(q: exp.Select, pos: int, src: exp.Subquery) -> bool:
             outside_cols.append(n)
         elif isinstance(n, exp.Table | exp.Subquery) and n.alias:
             taken.add(n.alias)
+    # a qualifier q's columns read without q defining it is an enclosing query's source (q is
+    # correlated to it): a merged source of that name would capture those references
+    defined = taken | {alias}
+    taken |= {col.table for col in outside_cols if col.table} - defined
     defs = {p.alias_or_name: p.unalias() for p in inner.expressions}
     for col in outside_cols:
         if not col.table:

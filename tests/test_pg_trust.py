@@ -632,3 +632,28 @@ def test_immutable_functions_are_accepted(env: Env, fx: Conn) -> None:
     fx.execute("UPDATE t SET amount = amount + 10 WHERE id % 2 = 0")
     fx.execute("UPDATE fx SET rate = 3")
     maintain_all(env, m)
+
+
+def test_a_view_compiled_before_the_inheritance_fingerprint_recompiles(pg_dsn: str,
+                                                                       pg_schema: str) -> None:
+    """A view registered by format 2 (fingerprints without the pg_inherits count) is
+    recompiled by the first maintain and keeps working; a table that gained a child is
+    refused."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, \
+            PostgresMaintainer(pg_dsn, pg_schema) as m:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg_schema)))
+        conn.execute("CREATE TABLE p (i int PRIMARY KEY, v int)")
+        conn.execute("INSERT INTO p VALUES (1, 1)")
+        m.create_view("old", "SELECT p.i, p.v FROM p")
+        registry = sql.Identifier(f"{pg_schema}__idivm", "views")
+        conn.execute(sql.SQL(
+            "UPDATE {} SET format_version = 2, fingerprints = (SELECT jsonb_object_agg(k, "
+            "regexp_replace(v #>> '{{}}', ':[0-9]+$', '')) "
+            "FROM jsonb_each(fingerprints) AS e(k, v))"
+        ).format(registry))
+        conn.execute("UPDATE p SET v = 2")
+        m.maintain("old")
+        assert conn.execute("SELECT * FROM old").fetchall() == [(1, 2)]
+        conn.execute("CREATE TABLE c () INHERITS (p)")
+        with pytest.raises(MaintenanceError, match="altered"):
+            m.maintain("old")

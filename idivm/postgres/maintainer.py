@@ -148,7 +148,8 @@ class PostgresMaintainer:
             self._check_layout()
             cur = self.conn.execute(
                 f"SELECT sql, changes, strategy, catalog, tables, relations, function, "
-                f"prune_function, fingerprints FROM {qq(self.companion, REGISTRY)} "
+                f"prune_function, fingerprints, format_version "
+                f"FROM {qq(self.companion, REGISTRY)} "
                 "WHERE name = %s", (name,))
             row = cur.fetchone()
             if row is not None and cur.description is not None:
@@ -428,14 +429,20 @@ class PostgresMaintainer:
         e = self._entry(name)
         p = self.plan_of(name)
         read = Catalog.from_ddl(e["catalog"])
+        fingerprints = dict(e["fingerprints"])
+        if int(e["format_version"]) < 3:
+            # fingerprints gained a count of inheritance parents and children: a table had
+            # none at creation (else its view was wrong from the start; refused from now on)
+            fingerprints = {t: f"{fp}:0" for t, fp in fingerprints.items()}
         with self.conn.transaction():
             changelog.lock_companion(self.conn, self.schema)
             self._registry()
-            compiled = self._install_code(p, read, e["fingerprints"])
+            compiled = self._install_code(p, read, fingerprints)
             self.conn.execute(
                 f"UPDATE {qq(self.companion, REGISTRY)} SET function = %s, prune_function = %s,"
-                " format_version = %s WHERE name = %s",
-                (compiled.function, compiled.prune_function, compile_.FORMAT_VERSION, name))
+                " format_version = %s, fingerprints = %s WHERE name = %s",
+                (compiled.function, compiled.prune_function, compile_.FORMAT_VERSION,
+                 json.dumps(fingerprints), name))
             for fn in {e["function"], e["prune_function"]} - {compiled.function,
                                                               compiled.prune_function}:
                 self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}()")

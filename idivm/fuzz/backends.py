@@ -21,6 +21,7 @@ from idivm.fuzz.oracle import (
     _first,
     classify,
     create_schema,
+    create_views,
     diff_text,
     drop_schema,
     new_schema_name,
@@ -199,23 +200,10 @@ def run_spark(dsn: str, schema: SchemaDef, setup: Sequence[str], views: Sequence
         for t in read:
             m.load_table(t.name, spark.createDataFrame(list(snap[t.name].values()),
                                                        _spark_schema(catalog, t.name)))
-        results: list[list[Outcome]] = []
-        live: list[tuple[int, int, str]] = []
-        for i, view_sql in enumerate(views):
-            error = validate(state.conn, view_sql)
-            if error is not None:
-                results.append([Outcome("invalid", "", -1, error)])
-                continue
-            outs = []
-            for j, strategy in enumerate(strategies):
-                vname = f"v{i}_{strategy}"
-                try:
-                    m.create_view(vname, view_sql, strategy=strategy)  # type: ignore[arg-type]
-                    outs.append(Outcome("ok", strategy))
-                    live.append((i, j, vname))
-                except Exception as e:  # noqa: BLE001
-                    outs.append(classify(e, strategy, -1))
-            results.append(outs)
+        results, live = create_views(
+            state.conn, views, strategies,
+            lambda vname, view_sql, strategy: m.create_view(
+                vname, view_sql, strategy=strategy))  # type: ignore[arg-type]
         for round_no in range(len(rounds) + 1):
             if round_no:
                 run_round(state.conn, rounds[round_no - 1])

@@ -15,7 +15,7 @@ import signal
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -247,27 +247,15 @@ def run_pg(dsn: str, schema: SchemaDef, setup: Sequence[str], views: Sequence[st
     with psycopg.connect(tdsn, autocommit=True) as conn:
         try:
             create_schema(conn, name, schema, setup)
-            results: list[list[Outcome]] = []
-            live: list[tuple[int, int, str]] = []  # (view, strategy index, idivm view name)
             with PostgresMaintainer(tdsn, name) as m:
-                for i, view_sql in enumerate(views):
-                    error = validate(conn, view_sql)
-                    if error is not None:
-                        results.append([Outcome("invalid", "", -1, error)])
-                        continue
-                    outs = []
-                    for j, strategy in enumerate(strategies):
-                        vname = f"v{i}_{strategy}"
-                        try:
-                            with deadline(3 * timeout_ms / 1000):
-                                m.create_view(vname, view_sql, catalog=catalog,
-                                              strategy=strategy)  # type: ignore[arg-type]
-                            outs.append(Outcome("ok", strategy))
-                            live.append((i, j, vname))
-                        except Exception as e:  # noqa: BLE001 - every failure is an outcome
-                            outs.append(classify(e, strategy, -1))
-                            _reset(m)
-                    results.append(outs)
+
+                def create(vname: str, view_sql: str, strategy: str) -> None:
+                    with deadline(3 * timeout_ms / 1000):
+                        m.create_view(vname, view_sql, catalog=catalog,
+                                      strategy=strategy)  # type: ignore[arg-type]
+
+                results, live = create_views(conn, views, strategies, create,
+                                             lambda: _reset(m))
                 for round_no in range(len(rounds) + 1):
                     if round_no:
                         run_round(conn, rounds[round_no - 1])
@@ -313,3 +301,32 @@ def _check(m: Any, conn: psycopg.Connection[Any], schema: str, vname: str, view_
     if got != want:
         return Outcome("mismatch", strategy, round_no, diff_text(got, want))
     return None
+
+
+def create_views(conn: psycopg.Connection[Any], views: Sequence[str], strategies: Sequence[str],
+                 create: Callable[[str, str, str], None],
+                 after_failure: Callable[[], None] | None = None
+                 ) -> tuple[list[list[Outcome]], list[tuple[int, int, str]]]:
+    """Create every view PostgreSQL accepts under every strategy (``create(name, sql,
+    strategy)``): the outcomes per view, and the created ones as (view, strategy index,
+    idivm view name)."""
+    results: list[list[Outcome]] = []
+    live: list[tuple[int, int, str]] = []
+    for i, view_sql in enumerate(views):
+        error = validate(conn, view_sql)
+        if error is not None:
+            results.append([Outcome("invalid", "", -1, error)])
+            continue
+        outs = []
+        for j, strategy in enumerate(strategies):
+            vname = f"v{i}_{strategy}"
+            try:
+                create(vname, view_sql, strategy)
+                outs.append(Outcome("ok", strategy))
+                live.append((i, j, vname))
+            except Exception as e:  # noqa: BLE001 - every failure is an outcome
+                outs.append(classify(e, strategy, -1))
+                if after_failure is not None:
+                    after_failure()
+        results.append(outs)
+    return results, live

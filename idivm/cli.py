@@ -530,8 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse", metavar="DIR",
                    help="Spark warehouse directory (default: a temporary one, removed after)")
     p.add_argument("--master", metavar="URL", help="Spark master (default: embedded local[*])")
-    p.add_argument("--scale", type=float, default=1.0,
-                   help="data size, 1 = 2,000 users and 20,000 posts (default: 1)")
+    p.add_argument("--scale", type=float, default=10.0,
+                   help="data size, 1 = 2,000 users and 20,000 posts (default: 10)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bench", help="benchmarks")

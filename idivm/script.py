@@ -51,6 +51,13 @@ class Apply:
 Statement = Compute | Apply
 
 
+def reads(stmt: Statement) -> list[str]:
+    """The relations a statement reads (i-diffs, snapshots, change tables, stored tables)."""
+    if isinstance(stmt, Apply):
+        return [stmt.diff]
+    return [tb.name for tb in stmt.query.find_all(exp.Table)]
+
+
 def render(stmt: Statement, dialect: Dialect) -> exp.Expr:
     if isinstance(stmt, Compute):
         kind = "TABLE" if dialect == "postgres" else "VIEW"

@@ -43,11 +43,12 @@ def spark(spark_available: None) -> Iterator[Any]:
     s.stop()
 
 
-def maintainer(spark: Any, tmp_path: Path, ddl: str) -> Any:
+def maintainer(spark: Any, tmp_path: Path, ddl: str, engine: str = "auto") -> Any:
     from idivm.spark import SparkMaintainer
 
     # four buckets per cache and view: a round rewrites some of them, not always all
-    return SparkMaintainer(idivm.Catalog.from_ddl(ddl), tmp_path / "wh", spark=spark, buckets=4)
+    return SparkMaintainer(idivm.Catalog.from_ddl(ddl), tmp_path / "wh", spark=spark, buckets=4,
+                           engine=engine)  # type: ignore[arg-type]
 
 
 def _by_schema() -> dict[str, list[str]]:
@@ -57,23 +58,31 @@ def _by_schema() -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.parametrize("engine", ["spark", "driver", "mixed"])
 @pytest.mark.parametrize("schema_key,views", sorted(_by_schema().items()))
 def test_spark_views_match_recomputation(spark: Any, tmp_path: Path, schema_key: str,
-                                         views: list[str]) -> None:
-    """Every operator on Spark: one workload per schema, all its views maintained per round."""
-    m = maintainer(spark, tmp_path, schema_ddl(schema_key))
+                                         views: list[str], engine: str) -> None:
+    """Every operator on Spark: one workload per schema, all its views maintained per round,
+    the Δ-script run by Spark SQL, by DuckDB on the driver, or by each in turn (a row one
+    engine wrote is found by the other in the bucket it expects)."""
+    m = maintainer(spark, tmp_path, schema_ddl(schema_key),
+                   engine if engine != "mixed" else "driver")
     run = SparkDifferential(m, schema_key, seed=11)
     for name in views:
         m.create_view(name, VIEWS_BY_NAME[name].sql, strategy="id")
         run.check(name, "after create_view")
     rewritten: list[tuple[int, int]] = []
-    for r in range(ROUNDS):
+    rounds = ROUNDS if engine != "mixed" else 4
+    for r in range(rounds):
+        if engine == "mixed":
+            m.engine = ("driver", "spark")[r % 2]
         run.step(8)
         if r == 0:
             run.step(8)  # two commits before one maintain: folding across versions
         for name in views:
             stats = m.maintain(name)
             assert stats.decision["choice"] == "id"
+            assert stats.decision["engine"] == m.engine
             run.check(name, f"round {r}, stats {stats.as_dict()}")
             rewritten += stats.partitions_rewritten.values()
     assert any(0 < done for done, _ in rewritten), rewritten
@@ -81,6 +90,7 @@ def test_spark_views_match_recomputation(spark: Any, tmp_path: Path, schema_key:
 
 # tuple-based rules differ from the ID-based ones at ⋈, γ, ∪, ⋉ and ▷: the paper and setops
 # views cover them all (the PostgreSQL suite runs every view under every strategy)
+@pytest.mark.parametrize("engine", ["spark", "driver"])
 @pytest.mark.parametrize("strategy,schema_key,views", [
     # paper_v_cost: ⋈ and γ; paper_not_exists: ▷; paper_exists_in: ⋉ (and ⋈ inside IN)
     ("tuple", "paper", ["paper_v_cost", "paper_not_exists", "paper_exists_in"]),
@@ -88,10 +98,11 @@ def test_spark_views_match_recomputation(spark: Any, tmp_path: Path, schema_key:
     # EXCEPT, global γ (issue 15's views run tuple-based on PostgreSQL)
     ("recompute", "paper", ["paper_v", "paper_v_cost"])])
 def test_spark_strategies_match_recomputation(spark: Any, tmp_path: Path, strategy: str,
-                                              schema_key: str, views: list[str]) -> None:
+                                              schema_key: str, views: list[str],
+                                              engine: str) -> None:
     """The comparison strategies on Spark: tuple-based t-diffs (every operator) and
     recomputation (stored relations replaced)."""
-    m = maintainer(spark, tmp_path, schema_ddl(schema_key))
+    m = maintainer(spark, tmp_path, schema_ddl(schema_key), engine)
     run = SparkDifferential(m, schema_key, seed=5)
     for name in views:
         m.create_view(name, VIEWS_BY_NAME[name].sql, strategy=strategy)
@@ -129,12 +140,13 @@ def _equal(m: Any, view: str) -> bool:
     return sorted(m.read_view(view).collect()) == sorted(m.recompute(view).collect())
 
 
-def test_crash_at_every_step_then_rerun(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["spark", "driver"])
+def test_crash_at_every_step_then_rerun(spark: Any, tmp_path: Path, engine: str) -> None:
     """Kill maintain before each of its steps (as a dead process would: no cleanup runs);
     the next run leaves the view equal to its recomputation."""
     from idivm.spark import InjectedFailure
 
-    m = maintainer(spark, tmp_path, PAPER_DDL)
+    m = maintainer(spark, tmp_path, PAPER_DDL, engine)
     _figure2(spark, m)
     m.create_view("vp", V_PRIME_SQL, strategy="id")
     steps: list[str] = []
@@ -291,3 +303,37 @@ def test_hybrid_pipeline_on_spark(spark: Any, tmp_path: Path, cxx: None) -> None
     fresh = sorted(pipe.rows("v_fresh"))
     assert fresh == sorted(pipe.rows("v_deferred"))
     assert fresh == [("a", 4, 2 + 6 + 8 + 30), ("b", 4, 1 + 5 + 7 + 7)]
+
+
+def test_bucket_hash_is_sparks(spark: Any) -> None:
+    """The driver engine's ``pmod(xxhash64(v), n)`` equals Spark's for every covered type
+    (NULL, -0.0, NaN, strings across the 4/8/32-byte boundaries of XXH64, negative numbers)."""
+    import datetime as dt
+    import decimal
+    import random
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from idivm.spark.sparkhash import buckets
+
+    rng = random.Random(7)
+    cases = [
+        ([rng.randint(-2**31, 2**31 - 1) for _ in range(50)] + [None, 0, -1], pa.int32()),
+        ([rng.randint(-2**63, 2**63 - 1) for _ in range(50)] + [None], pa.int64()),
+        (["", "a", "ü", "x" * 7, "y" * 31, "z" * 32, "w" * 45, "P123", None], pa.string()),
+        ([dt.date(2020, 1, 1), dt.date(1960, 5, 3), None], pa.date32()),
+        ([0.0, -0.0, 1.5, float("nan"), 1e300, None], pa.float64()),
+        ([True, False, None], pa.bool_()),
+        ([decimal.Decimal("1.25"), decimal.Decimal("-3.00"), None], pa.decimal128(10, 2)),
+        ([dt.datetime(2020, 1, 1, 12, 0, 0, 123456, tzinfo=dt.UTC), None],
+         pa.timestamp("us", tz="UTC")),
+    ]
+    for values, ty in cases:
+        arr = pa.array(values, type=ty)
+        df = spark.createDataFrame(pa.table({"v": arr}))
+        for n in (1, 7, 512):
+            want = [r[0] for r in
+                    df.select(F.pmod(F.xxhash64("v"), F.lit(n)).cast("int")).collect()]
+            assert buckets(arr, n) == want, (ty, n)
+    assert buckets(pa.array([b"x"], type=pa.binary()), 4) is None  # not covered: Spark runs

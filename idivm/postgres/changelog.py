@@ -504,6 +504,9 @@ def _fail(message: exp.Expr, dialect: str) -> exp.Expr:
     the message to an integer fails with it."""
     if dialect == "spark":
         return exp.Anonymous(this="raise_error", expressions=[message])
+    if dialect == "duckdb":  # DuckDB's error() raises: true never comes back
+        return exp.Is(this=exp.Anonymous(this="error", expressions=[message]),
+                      expression=exp.null())
     return exp.EQ(this=exp.cast(message, exp.DataType.build("INT")),
                   expression=exp.Literal.number(0))
 
@@ -526,7 +529,7 @@ def fold_select(table: Table, log: exp.Expr, where: exp.Expr,
     before, the one counting +1 its row after, and the rest cancel. Any other count means
     the log does not describe the table's changes (logging bypassed, or a key that is not
     unique): the fold raises "inconsistent change log" rather than return a wrong change.
-    ``dialect`` ("postgres" or "spark") picks only how that error is raised;
+    ``dialect`` ("postgres", "spark" or "duckdb") picks only how that error is raised;
     ``server_types`` (column → the server's type name) overrides the catalog's types where
     known (a reflected catalog may not know a type such as ``xml``).
     """

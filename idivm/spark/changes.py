@@ -80,10 +80,19 @@ def _any(conds: list[Any]) -> Any:
 
 
 def read_cdf(spark: Any, table: Table, path: str, since: int, upto: int) -> tuple[Any, int]:
+    """``read_cdf_arrow`` as a Spark DataFrame (None when empty), and its row count."""
+    data = read_cdf_arrow(table, path, since, upto)
+    if data is None:
+        return None, 0
+    return spark.createDataFrame(data), int(data.num_rows)
+
+
+def read_cdf_arrow(table: Table, path: str, since: int, upto: int) -> Any:
     """The Change Data Feed of the Delta table at ``path`` for versions ``since < v <= upto``
-    (read by delta-rs), as a Spark DataFrame of the table's columns, ``_change_type`` and
-    ``_commit_version``; and its row count. A range the table no longer holds (vacuumed, or CDF
-    off for some version) is refused: skipping it would leave the view silently wrong."""
+    (read by delta-rs), as an Arrow table of the table's columns, ``_change_type`` and
+    ``_commit_version``; None when it has no row. A range the table no longer holds
+    (vacuumed, or CDF off for some version) is refused: skipping it would leave the view
+    silently wrong."""
     from idivm.spark.delta import arrow, open_table
 
     dt = open_table(path)
@@ -101,9 +110,7 @@ def read_cdf(spark: Any, table: Table, path: str, since: int, upto: int) -> tupl
         raise ChangeFeedError(f"the change feed of {table.name} ({path}) lacks column(s) "
                               f"{', '.join(missing)}")
     data = data.select(keep)
-    if data.num_rows == 0:
-        return None, 0
-    return spark.createDataFrame(data), int(data.num_rows)
+    return data if data.num_rows else None
 
 
 def as_log(df: Any) -> Any:

@@ -151,11 +151,12 @@ class DeltaStore:
     def exists(self, name: str) -> bool:
         return bool(_delta().DeltaTable.is_deltatable(str(self.path(name))))
 
-    def layout(self, name: str) -> dict[str, Any]:
+    def layout(self, name: str, dt: Any = None) -> dict[str, Any]:
         """Key, bucket column and bucket count, kept as JSON in the table's description
         (delta-rs accepts no table properties outside ``delta.*``)."""
         out: dict[str, Any] = {"key": [], "bucket_col": None, "buckets": 1}
-        out |= json.loads(self.table(name).metadata().description or "{}").get("idivm", {})
+        dt = dt or self.table(name)
+        out |= json.loads(dt.metadata().description or "{}").get("idivm", {})
         return out
 
     def partitions(self, name: str) -> int:
@@ -322,17 +323,12 @@ class DeltaStore:
         removed = [f for f in files if _bucket_value(f) in set(touched)]
         before = sum(int(f.get("num_records") or self.rows_per_bucket) for f in removed)
         if before + sum(per_op) <= DRIVER_WRITE_ROWS:  # a replace: about as many rows again
-            _write_on_driver(typed, data)
+            _write_on_driver(typed.toArrow(), data)
         else:
             typed.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET) \
                 .parquet(str(data))
-        adds = _list_files(data)
+        adds = self._record_stage(out, dt, touched, files)
         rows = sum(int(a["rows"]) for a in adds)
-        info = {"base_version": int(dt.version()), "touched": touched, "rows": rows,
-                "adds": adds,
-                "removes": [{"path": f["path"], "size": int(f["size_bytes"]),
-                             "bucket": _bucket_value(f)} for f in removed]}
-        (out / "_stage.json").write_text(json.dumps(info))
         if any(op.kind == "replace" for op in ops):
             per_op = [rows]
 
@@ -343,6 +339,33 @@ class DeltaStore:
             return before.unionByName(staged).drop(BUCKET)
 
         return StageResult(touched, n, per_op, post)
+
+    def _record_stage(self, out: Path, dt: Any, touched: Sequence[int],
+                      files: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The commit that will publish what was written under ``out/files``: remove the
+        touched buckets' files, add the new ones (``_stage.json``); returns the adds."""
+        adds = _list_files(out / "files")
+        hit = set(touched)
+        info = {"base_version": int(dt.version()), "touched": list(touched),
+                "rows": sum(int(a["rows"]) for a in adds), "adds": adds,
+                "removes": [{"path": f["path"], "size": int(f["size_bytes"]),
+                             "bucket": _bucket_value(f)} for f in files
+                            if _bucket_value(f) in hit]}
+        (out / "_stage.json").write_text(json.dumps(info))
+        return adds
+
+    def stage_arrow(self, run: str, name: str, dt: Any, touched: Sequence[int],
+                    post: Any) -> list[str]:
+        """Stage the post-state of the ``touched`` buckets, computed elsewhere (an Arrow table
+        with the table's columns and ``__idivm_bucket``), against the table version ``dt``;
+        returns the staged files' absolute paths (see ``stage``)."""
+        out = self.staging(run, name)
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        _write_on_driver(post, out / "files")
+        adds = self._record_stage(out, dt, touched, add_actions(dt))
+        return [str(out / "files" / a["path"]) for a in adds]
 
     def publish(self, run: str, name: str) -> None:
         """Commit a staged refresh: remove the touched buckets' files, add the staged ones, in
@@ -422,13 +445,12 @@ def _list_files(data: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _write_on_driver(df: Any, data: Path) -> None:
-    """The rows of ``df`` (with ``__idivm_bucket``) as one parquet file per bucket under
-    ``data/__idivm_bucket=<b>/`` (the partition column is not stored in the files)."""
+def _write_on_driver(table: Any, data: Path) -> None:
+    """The rows of an Arrow table (with ``__idivm_bucket``) as one parquet file per bucket
+    under ``data/__idivm_bucket=<b>/`` (the partition column is not stored in the files)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    table = df.toArrow()
     if table.num_rows == 0:
         data.mkdir(parents=True, exist_ok=True)
         return

@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlglot import exp
 
@@ -42,8 +42,9 @@ from idivm.plan import Plan, plan
 from idivm.planner.model import Strategy, change_table
 from idivm.planner.prune import prune_empty
 from idivm.refresh_cost import History, RefreshStrategy, decide
-from idivm.script import Apply, Compute, query_sql
+from idivm.script import Apply, Compute, query_sql, reads
 from idivm.spark import changes as cdf
+from idivm.spark import driver
 from idivm.spark.delta import STAGING, DeltaError, DeltaStore, add_actions, open_table, read_files
 from idivm.spark.session import embedded_session
 from idivm.spark.storage import ApplyOp
@@ -54,6 +55,9 @@ log = logging.getLogger("idivm.spark")
 # relation against a 200-row i-diff; i-diffs known to be at most this many rows are hinted as
 # broadcast (hash) join inputs instead.
 BROADCAST_ROWS = 1_000_000
+
+
+Engine = Literal["auto", "spark", "driver"]
 
 
 class InjectedFailure(BaseException):
@@ -89,13 +93,18 @@ class SparkMaintainer:
 
     def __init__(self, catalog: Catalog, warehouse: str | os.PathLike[str], spark: Any = None,
                  master: str | None = None, buckets: int | None = None,
-                 rows_per_bucket: int = 2000) -> None:
+                 rows_per_bucket: int = 2000, engine: Engine = "auto") -> None:
+        if engine not in ("auto", "spark", "driver"):
+            raise IdivmError(f"engine must be auto, spark or driver, not {engine!r}")
+        self.engine: Engine = engine
         self.catalog = catalog
         self.root = Path(warehouse).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.spark = spark if spark is not None else embedded_session(master)
         self.store = DeltaStore(self.spark, self.root, rows_per_bucket, buckets=buckets)
         self._plans: dict[str, Plan] = {}
+        self._duckdb_texts: dict[str, dict[str, str]] = {}  # per view: its statements' text
+        self._driver_ok: dict[str, driver.Eligibility] = {}  # per view: its stored relations
         self._schemas: dict[tuple[str, str], Any] = {}
         self._no_changes: dict[str, Any] = {}  # empty change table per base table (schema only)
         self._base: dict[str, tuple[int, Any]] = {}  # base table: (version, DataFrame) read
@@ -309,6 +318,9 @@ class SparkMaintainer:
                                              at_create=True).as_dict()}
         self._save(reg)
         self._plans[name] = p
+        self._driver_ok.pop(name, None)
+        # the DuckDB text of the Δ-script, generated now (a refresh on the driver runs it)
+        self._duckdb_texts[name] = driver.compile_texts(p)
         return p
 
     def view_location(self, name: str) -> str:
@@ -333,6 +345,8 @@ class SparkMaintainer:
         reg["views"].pop(name, None)
         self._save(reg)
         self._plans.pop(name, None)
+        self._duckdb_texts.pop(name, None)
+        self._driver_ok.pop(name, None)
 
     def status(self) -> list[dict[str, Any]]:
         reg = self.registry()
@@ -395,21 +409,31 @@ class SparkMaintainer:
         staged: list[str] = []
         try:
             self._step("fold")
-            feeds: dict[str, tuple[Any, int]] = {}
+            arrows: dict[str, Any] = {}
             for t in p.tables:  # a forced recomputation needs no feed (it may be gone)
-                self._register_base(t, upto[t])
-                feeds[t] = cdf.read_cdf(self.spark, self.catalog.table(t),
-                                        self.table_location(t), since[t], upto[t]) \
-                    if upto[t] > since[t] and asked != "recompute" else (None, 0)
+                arrows[t] = cdf.read_cdf_arrow(self.catalog.table(t), self.table_location(t),
+                                               since[t], upto[t]) \
+                    if upto[t] > since[t] and asked != "recompute" else None
             history = History.from_dict(entry.get("cost"))
-            n = sum(rows for _, rows in feeds.values())
+            n = sum(0 if a is None else int(a.num_rows) for a in arrows.values())
             decision = decide(asked, n, self._base_rows(p, upto)
                               if asked == "auto" else None, history)
             stats.decision = decision.as_dict()
-            if decision.choice == "recompute":
-                staged = self._stage_recompute(p, run, stats)
+            engine, why = ("spark", "a recomputation runs on Spark") \
+                if decision.choice == "recompute" else self._engine_for(p, n)
+            stats.decision |= {"engine": engine, "engine_reason": why}
+            if engine == "driver":
+                staged = self._stage_on_driver(p, run, arrows, upto, stats)
             else:
-                staged = self._stage_script(p, run, feeds, stats)
+                for t in p.tables:
+                    self._register_base(t, upto[t])
+                if decision.choice == "recompute":
+                    staged = self._stage_recompute(p, run, stats)
+                else:
+                    feeds = {t: (None, 0) if a is None else
+                             (self.spark.createDataFrame(a), int(a.num_rows))
+                             for t, a in arrows.items()}
+                    staged = self._stage_script(p, run, feeds, stats)
             self._step("manifest")
             manifest = {"run": run, "targets": staged, "upto": upto,
                         "decision": stats.decision}
@@ -443,6 +467,44 @@ class SparkMaintainer:
                                  "changes": changes}
         self._save(reg)
 
+    def _engine_for(self, p: Plan, changes: int) -> tuple[Engine, str]:
+        """Where the Δ-script runs: on the driver (DuckDB) for small batches, else Spark."""
+        if self.engine == "spark":
+            return "spark", "engine='spark'"
+        if p.name not in self._driver_ok:
+            self._driver_ok[p.name] = driver.stored_eligible(p, self.store)
+        ok = self._driver_ok[p.name]
+        if ok.ok:
+            ok = driver.base_eligible({t: self.table_location(t) for t in p.tables})
+        if self.engine == "driver":
+            if not ok.ok:
+                raise IdivmError(f"engine='driver' cannot refresh {p.name}: {ok.reason}")
+            return "driver", "engine='driver'"
+        if not ok.ok:
+            return "spark", ok.reason
+        if changes > driver.DRIVER_MAX_CHANGES:
+            return "spark", (f"{changes:,} changes > {driver.DRIVER_MAX_CHANGES:,}: large "
+                             "enough for Spark's executors")
+        return "driver", (f"{changes:,} changes ≤ {driver.DRIVER_MAX_CHANGES:,}: DuckDB on "
+                          "the driver (no Spark job)")
+
+    def _stage_on_driver(self, p: Plan, run: str, feeds: Mapping[str, Any],
+                         upto: Mapping[str, int], stats: SparkMaintenanceStats) -> list[str]:
+        attached = self.registry()["tables"]
+        for t in p.tables:  # the user's table may have changed shape (as _register_base checks)
+            if attached[t].get("delta"):
+                loc = self.table_location(t)
+                check_attachable(self.catalog.table(t), open_table(loc, upto[t]), loc)
+        d = driver.DriverRefresh(self.catalog, self.store,
+                                 {t: self.table_location(t) for t in p.tables}, upto,
+                                 self._step, self._duckdb_texts.setdefault(p.name, {}))
+        try:
+            return driver.run_script(
+                d, p, run, feeds, lambda one_row, known: self._instance_sizes(
+                    p, stats, known, one_row), stats)
+        finally:
+            d.close()
+
     def _stage_recompute(self, p: Plan, run: str, stats: SparkMaintenanceStats) -> list[str]:
         """Stage every stored relation anew from its query over the base tables."""
         staged = []
@@ -464,7 +526,7 @@ class SparkMaintainer:
         """Run the Δ-script over the folded feeds, staging each target's APPLYs."""
         from pyspark.sql import functions as F
 
-        self._ensure([r for st in p.statements for r in _reads(st)])
+        self._ensure([r for st in p.statements for r in reads(st)])
         folded: dict[str, Any] = {}
         for t in p.tables:
             table = self.catalog.table(t)
@@ -485,7 +547,7 @@ class SparkMaintainer:
         for ct, chg in folded.items():
             if known[ct] <= BROADCAST_ROWS:
                 F.broadcast(chg).createOrReplaceTempView(ct)
-        uses = Counter(r for st in p.statements for r in _reads(st))
+        uses = Counter(r for st in p.statements for r in reads(st))
         computes = {st.name: st for st in p.statements if isinstance(st, Compute)}
         ready: set[str] = set()  # i-diffs registered as temp views in this run
         statements = list(p.statements)
@@ -494,15 +556,15 @@ class SparkMaintainer:
         while i < len(statements):
             s = statements[i]
             if isinstance(s, Compute):
-                reads = _reads(s)
-                inputs = [r for r in reads if r in known]
+                srcs = reads(s)
+                inputs = [r for r in srcs if r in known]
                 if known.get(s.name) == 0 or inputs and all(known[r] == 0 for r in inputs):
                     known[s.name] = 0  # counted empty, or only empty i-diffs in: not run
                     i += 1
                     continue
                 self._step(s.name)
                 t0 = time.perf_counter()
-                empty = {r for r in reads if known.get(r) == 0}
+                empty = {r for r in srcs if known.get(r) == 0}
                 for r in empty & computes.keys():  # empty inputs a live statement reads
                     self._ensure_empty(p, computes, r, ready)
                 df = self.spark.sql(query_sql(prune_empty(s.query, empty), "spark"))
@@ -536,7 +598,7 @@ class SparkMaintainer:
             for op, n in zip(ops, res.rows, strict=True):
                 stats.idiff_rows[f"{op.kind} → {target}"] = \
                     stats.idiff_rows.get(f"{op.kind} → {target}", 0) + n
-            if any(target in _reads(st) for st in statements[i:]):
+            if any(target in reads(st) for st in statements[i:]):
                 res.post_state.createOrReplaceTempView(target)  # later statements read it
             staged.append(target)
             stats.statements.append((f"stage {target}", time.perf_counter() - t0))
@@ -551,7 +613,7 @@ class SparkMaintainer:
         key = (p.name, name)
         if key not in self._schemas:
             s = computes[name]
-            for r in _reads(s):
+            for r in reads(s):
                 if r in computes:
                     self._ensure_empty(p, computes, r, ready)
             self._schemas[key] = self.spark.sql(query_sql(s.query, "spark")).schema
@@ -562,10 +624,15 @@ class SparkMaintainer:
         self.spark.sql(empty.sql("spark")).createOrReplaceTempView(name)
         ready.add(name)
 
-    def _instance_sizes(self, p: Plan, stats: SparkMaintenanceStats, known: Mapping[str, int]
+    def _instance_sizes(self, p: Plan, stats: SparkMaintenanceStats, known: Mapping[str, int],
+                        one_row: Callable[[exp.Select], Mapping[str, Any]] | None = None
                         ) -> dict[str, int]:
-        """Rows of every base-table i-diff (§5 instances), one aggregate job per changed table
-        — so rules fed only by empty i-diffs are skipped without running them."""
+        """Rows of every base-table i-diff (§5 instances), one aggregate query per changed
+        table (``one_row`` runs it: a Spark job by default) — so rules fed only by empty
+        i-diffs are skipped without running them."""
+        if one_row is None:
+            def one_row(q: exp.Select) -> Mapping[str, Any]:
+                return self.spark.sql(query_sql(q, "spark")).collect()[0].asDict()
 
         by_table: dict[str, list[Compute]] = {
             change_table(t): [] for t in p.tables if known.get(change_table(t)) != 0}
@@ -589,7 +656,7 @@ class SparkMaintainer:
                     ifs=[exp.If(this=pred, true=exp.Literal.number(1))],
                     default=exp.Literal.number(0))), f"__undeclared{i}", quoted=True))
             q = exp.select(*items).from_(exp.table_(exp.to_identifier(src, quoted=True), alias="g"))
-            row = self.spark.sql(query_sql(q, "spark")).collect()[0]
+            row = one_row(q)
             for i, (what, _) in enumerate(checks):
                 if row[f"__undeclared{i}"]:
                     raise IdivmError(f"{row[f'__undeclared{i}']} {what}(s) on {table}, but the "
@@ -657,14 +724,6 @@ class SparkMaintainer:
         for t in p.tables:
             self._register_base(t, int(marks[t]))
         return self.spark.sql(query_sql(p.recompute_query(), "spark"))
-
-
-def _reads(s: Any) -> list[str]:
-    """The relations a statement reads (i-diffs, snapshots, change tables, stored tables)."""
-    if isinstance(s, Apply):
-        return [s.diff]
-
-    return [tb.name for tb in s.query.find_all(exp.Table)]
 
 
 def _bucket_col(p: Plan, target: str, key: Sequence[str]) -> str | None:

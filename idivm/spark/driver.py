@@ -1,0 +1,383 @@
+"""Small refreshes on the driver: the Δ-script run by DuckDB over the Delta tables' files.
+
+A Spark job costs 0.1–1 s whatever its size, and a Δ-script is a dozen statements: for a batch of
+a few hundred changes the jobs, not the data, are the refresh. Below a size the cost model sets
+(``SparkMaintainer(engine=...)``, ``choose_engine``), the same Δ-script runs in an in-process
+DuckDB on the driver instead:
+
+- base tables, caches and views are read from their Delta files at the versions the refresh
+  consumes (the file lists delta-rs gives; DuckDB prunes columns and row groups itself); the
+  change feeds are the Arrow tables delta-rs read, folded by the same ``fold_select`` as on
+  Spark and PostgreSQL;
+- each statement is the Spark SQL text of the Δ-script transpiled to DuckDB by sqlglot (Spark's
+  semantics: ``/`` is a fractional division, a failed cast is NULL), materialized as a
+  temporary table;
+- each target's APPLYs rewrite the buckets they touch: the post-state of those buckets is
+  computed in DuckDB and written by pyarrow, one file per bucket, into the same staging area
+  and ``_stage.json`` the Spark path writes, so the manifest, the publish and the crash
+  recovery are the Spark path's. An inserted row's bucket is Spark's
+  ``pmod(xxhash64(id), N)`` (``idivm.spark.sparkhash``), so either engine finds it later.
+
+Assumed: the warehouse and the base tables are on a file system the driver reads and writes
+(``choose_engine`` picks Spark otherwise, and for base tables with partition columns or bucket
+IDs of types ``sparkhash`` does not cover). Executors are not involved, so their number and
+where they run do not matter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from sqlglot import exp
+
+from idivm.catalog import Catalog, Table
+from idivm.plan import Plan
+from idivm.planner.model import change_table
+from idivm.planner.ruleapi import c, select, t
+from idivm.script import Apply, Compute, adapt, reads
+from idivm.spark import changes as cdf
+from idivm.spark.delta import BUCKET, DeltaStore, _bucket_value, add_actions, open_table
+from idivm.spark.sparkhash import bucket_function, buckets
+from idivm.spark.storage import ApplyOp, apply_sql, on_ids
+
+# A batch of at most this many change-feed rows is refreshed on the driver (``engine="auto"``):
+# DuckDB runs a statement over thousands of rows in milliseconds, where a Spark job costs
+# 0.1–1 s; above it the i-diffs are large enough for Spark's executors to pay off.
+DRIVER_MAX_CHANGES = 20_000
+
+
+def duckdb_sql(query: exp.Expr) -> str:
+    """A Δ-script query as DuckDB runs it: the tree adapted to Spark SQL (its types, e.g. no
+    unbounded NUMERIC) and generated for DuckDB, whose casts and divisions fail as Spark's do
+    in ANSI mode (Spark 4's default)."""
+    return adapt(query.copy(), "spark").sql(dialect="duckdb")
+
+
+def compile_texts(p: Plan) -> dict[str, str]:
+    """The DuckDB text of every computed statement of ``p`` (what ``DriverRefresh`` runs),
+    generated once per view rather than at each refresh."""
+    texts = {s.name: duckdb_sql(s.query) for s in p.statements if isinstance(s, Compute)}
+    for name in p.tables:
+        texts[f"fold {name}"] = duckdb_sql(_fold(p.catalog.table(name), _feed_name(p, name)))
+    return texts
+
+
+def _feed_name(p: Plan, table: str) -> str:
+    return f"__idivm_feed_{p.tables.index(table)}"
+
+
+def _fold(table: Table, src: str) -> exp.Select:
+    """Effective changes of the CDF rows registered as ``src`` (``fold_select``)."""
+    log = exp.Subquery(this=_as_log(src, table),
+                       alias=exp.TableAlias(this=exp.to_identifier("__idivm_log", quoted=True)))
+    return cdf.fold_select(table, log, exp.true(), dialect="duckdb")
+
+
+def _ident(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql("duckdb")
+
+
+def _files_sql(root: Path, paths: Sequence[str], hive: bool) -> str:
+    """``read_parquet`` of some files of a table, as a FROM item."""
+    files = exp.Array(expressions=[exp.Literal.string(p if p.startswith("/") else
+                                                      str(root / p)) for p in paths])
+    opts = ", hive_partitioning = true" if hive else ", hive_partitioning = false"
+    return f"read_parquet({files.sql('duckdb')}{opts})"
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    ok: bool
+    reason: str
+
+
+def stored_eligible(p: Plan, store: DeltaStore) -> Eligibility:
+    """Whether the driver can refresh this view's stored relations (see the module doc): a
+    property of the view, fixed at ``create_view``."""
+    if "://" in str(store.root):
+        return Eligibility(False, "the warehouse is not on the driver's file system")
+    import pyarrow as pa
+
+    for m in p.materialized:
+        dt = store.table(m.name)
+        col = store.layout(m.name, dt).get("bucket_col")
+        if col is None:
+            continue
+        ty = pa.schema(dt.schema().to_arrow()).field(col).type
+        if bucket_function(ty) is None:
+            return Eligibility(False, f"{m.name} is bucketed by {col} of type {ty}")
+    return Eligibility(True, "")
+
+
+def base_eligible(locations: Mapping[str, str]) -> Eligibility:
+    """Whether the driver can read these base tables (see the module doc)."""
+    for t_, loc in locations.items():
+        if "://" in loc:
+            return Eligibility(False, f"base table {t_} is not on the driver's file system")
+        if list(open_table(loc).metadata().partition_columns):
+            return Eligibility(False, f"base table {t_} has partition columns")
+    return Eligibility(True, "")
+
+
+class DriverRefresh:
+    """One refresh's Δ-script in DuckDB; ``run`` stages every target like the Spark path."""
+
+    def __init__(self, catalog: Catalog, store: DeltaStore, locations: Mapping[str, str],
+                 upto: Mapping[str, int], step: Callable[[str], None],
+                 texts: dict[str, str] | None = None) -> None:
+        import duckdb
+
+        # DuckDB text of the plan's statements, kept by the caller across refreshes
+        self.texts: dict[str, str] = {} if texts is None else texts
+        self.catalog = catalog
+        self.store = store
+        self.locations = locations
+        self.upto = upto
+        self.step = step
+        self._stored: dict[str, Any] = {}  # stored relation: its DeltaTable (as of now)
+        self.con = duckdb.connect()
+        self._held: list[Any] = []  # Arrow tables registered in DuckDB (kept alive)
+        self.con.execute("SET threads = 2")
+        self.con.execute("SET TimeZone = 'UTC'")
+
+    def stored(self, name: str) -> Any:
+        """A cache's or the view's Delta table (it does not change until the publish)."""
+        if name not in self._stored:
+            self._stored[name] = self.store.table(name)
+        return self._stored[name]
+
+    def close(self) -> None:
+        self.con.close()
+
+    # -- inputs -------------------------------------------------------------------------------
+    def _view(self, name: str, body: str) -> None:
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_ident(name)} AS {body}")
+
+    def _empty_of(self, dt: Any) -> str:
+        """An empty relation with a Delta table's columns (no file to read them from)."""
+        import pyarrow as pa
+
+        schema = pa.schema(dt.schema().to_arrow())
+        holder = f"__idivm_empty_{len(self._held)}"
+        self._hold(holder, pa.table({f.name: pa.array([], type=f.type)
+                                     for f in schema if f.name != BUCKET}))
+        return f"SELECT * FROM {_ident(holder)}"
+
+    def register_inputs(self, p: Plan) -> None:
+        for name in p.tables:
+            dt = open_table(self.locations[name], self.upto[name])
+            files = [a["path"] for a in add_actions(dt)]
+            cols = ", ".join(_ident(k) for k in self.catalog.table(name).column_names)
+            body = (f"SELECT {cols} FROM {_files_sql(Path(self.locations[name]), files, False)}"
+                    if files else self._empty_of(dt))
+            self._view(name, body)
+        for m in p.materialized:
+            self._register_stored(m.name)
+
+    def _register_stored(self, name: str, extra: Sequence[str] = ()) -> None:
+        """A cache or the view as its live files (without the bucket column), plus ``extra``
+        staged files."""
+        dt = self.stored(name)
+        files = [a["path"] for a in add_actions(dt)] + list(extra)
+        cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
+        body = (f"SELECT {cols} FROM {_files_sql(self.store.path(name), files, False)}"
+                if files else self._empty_of(dt))
+        self._view(name, body)
+
+    def register_changes(self, p: Plan, feeds: Mapping[str, Any]) -> dict[str, int]:
+        """Each base table's folded change table; returns rows per change table."""
+        out: dict[str, int] = {}
+        for name in p.tables:
+            table = self.catalog.table(name)
+            feed = feeds.get(name)
+            src = _feed_name(p, name)
+            if feed is None:
+                body = _empty_changes(table)
+            else:
+                self._hold(src, feed)
+                body = self._text(f"fold {name}", partial(_fold, table, src))
+            ct = change_table(name)
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(ct)} AS {body}")
+            out[ct] = self.count(ct)
+        return out
+
+    def count(self, name: str) -> int:
+        row = self.con.execute(f"SELECT count(*) FROM {_ident(name)}").fetchone()
+        return int(row[0]) if row else 0
+
+    def one_row(self, q: exp.Select) -> dict[str, Any]:
+        rel = self.con.execute(duckdb_sql(q))
+        names = [d[0] for d in rel.description or ()]
+        row = rel.fetchone() or ()
+        return dict(zip(names, row, strict=False))
+
+    # -- statements ---------------------------------------------------------------------------
+    def _text(self, key: str, query: Callable[[], exp.Expr]) -> str:
+        """The DuckDB text under ``key`` (generated from ``query`` unless known)."""
+        if key not in self.texts:
+            self.texts[key] = duckdb_sql(query())
+        return self.texts[key]
+
+    def compute(self, s: Compute) -> int:
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(s.name)} AS "
+                         f"{self._text(s.name, lambda: s.query)}")
+        return self.count(s.name)
+
+    def stage(self, run: str, target: str, applies: Sequence[Apply], later_reads: bool
+              ) -> tuple[list[int], int, list[int]]:
+        """Stage the APPLYs on ``target``: (touched buckets, buckets in all, rows per op)."""
+        import pyarrow as pa
+
+        dt = self.stored(target)
+        layout = self.store.layout(target, dt)
+        schema = pa.schema(dt.schema().to_arrow())
+        fields = [f for f in schema if f.name != BUCKET]
+        cols = [f.name for f in fields]
+        col, n = layout["bucket_col"], int(layout["buckets"])
+        files = add_actions(dt)
+        raw = f"__idivm_raw_{target}"
+        paths = [f["path"] for f in files]
+        self._view(raw, f"SELECT * FROM {_files_sql(self.store.path(target), paths, True)}"
+                   if files else f"SELECT *, CAST(NULL AS INTEGER) AS {_ident(BUCKET)} FROM "
+                   f"{_ident(target)} WHERE false")
+        touched: set[int] = set()
+        per_op: list[int] = []
+        named: list[tuple[ApplyOp, str]] = []
+        hash_type = schema.field(col).type
+        for i, a in enumerate(applies):
+            d = f"__idivm_op{i}_{target}"
+            if a.kind == "ins":
+                rows = self.con.execute(
+                    f"SELECT DISTINCT * FROM {_ident(a.diff)}").fetch_arrow_table()
+                rows = rows.append_column(BUCKET, pa.array(
+                    buckets(rows.column(col).combine_chunks().cast(hash_type), n) or [],
+                    type=pa.int32()))
+                self._hold(d, rows)
+                touched.update(rows.column(BUCKET).to_pylist())
+                per_op.append(rows.num_rows)
+            elif col in a.ids:
+                vals = self.con.execute(f"SELECT DISTINCT {_ident(col)} FROM "
+                                        f"{_ident(a.diff)}").fetch_arrow_table().column(0)
+                touched.update(buckets(vals.combine_chunks().cast(hash_type), n) or [])
+                self._view(d, f"SELECT * FROM {_ident(a.diff)}")
+                per_op.append(self.count(a.diff))
+            else:  # named by other IDs: the buckets of the rows they name
+                probe = select([(BUCKET, c(BUCKET, "r"))], t(raw, "r"), distinct=True).join(
+                    t(a.diff, "d"), on=on_ids(a.ids, "r", "d", a.nullable),
+                    join_type="left semi")
+                got = self.con.execute(duckdb_sql(probe)).fetch_arrow_table().column(0).to_pylist()
+                touched.update(int(b) for b in got)
+                self._view(d, f"SELECT * FROM {_ident(a.diff)}")
+                per_op.append(self.count(a.diff))
+            named.append((ApplyOp(a.kind, None, a.ids, a.columns, a.nullable), d))
+        hit = sorted(touched)
+        old = f"__idivm_old_{target}"
+        old_files = [f["path"] for f in files if _bucket_value(f) in touched]
+        self._view(old, f"SELECT * FROM {_files_sql(self.store.path(target), old_files, True)}"
+                   if old_files else f"SELECT * FROM {_ident(raw)} WHERE false")
+        all_cols = [*cols, BUCKET]
+        q: exp.Select = select([(k, c(k, "r")) for k in all_cols], t(old, "r"))
+        for i, (op, d) in enumerate(named):
+            q = apply_sql(q, op, d, all_cols, layout["key"], f"s{i}")
+        post = self.con.execute(duckdb_sql(q)).fetch_arrow_table()
+        post = post.select(all_cols).cast(pa.schema([*fields, pa.field(BUCKET, pa.int32())]))
+        staged = self.store.stage_arrow(run, target, dt, hit, post)
+        if later_reads:  # later statements read the post-state
+            self._register_stored_post(target, files, touched, staged)
+        return hit, n, per_op
+
+    def _register_stored_post(self, target: str, files: Sequence[Mapping[str, Any]],
+                              touched: set[int], staged: Sequence[str]) -> None:
+        kept = [f["path"] for f in files if _bucket_value(f) not in touched]
+        dt = self.stored(target)
+        cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
+        parts = []
+        if kept:
+            parts.append(f"SELECT {cols} FROM {_files_sql(self.store.path(target), kept, False)}")
+        if staged:
+            parts.append(f"SELECT {cols} FROM {_files_sql(Path('/'), list(staged), False)}")
+        self._view(target, " UNION ALL ".join(parts) if parts else self._empty_of(dt))
+
+    def _hold(self, name: str, table: Any) -> None:
+        """An Arrow table as a DuckDB relation named ``name`` (kept alive until close)."""
+        self._held.append(table)
+        self.con.register(name, table)
+
+
+def _as_log(src: str, table: Table) -> exp.Select:
+    """CDF rows shaped as the PostgreSQL change log (``cdf.as_log``, in SQL)."""
+    old = exp.In(this=c(cdf.CHANGE_TYPE), expressions=[exp.Literal.string(k)
+                                                        for k in cdf.OLD_IMAGES])
+    op = exp.Case(ifs=[exp.If(this=old, true=exp.Literal.string("D"))],
+                  default=exp.Literal.string("I"))
+    seq = exp.Add(this=exp.Mul(this=exp.cast(c(cdf.VERSION), "BIGINT"),
+                               expression=exp.Literal.number(2)),
+                  expression=exp.Case(ifs=[exp.If(this=old.copy(),
+                                                  true=exp.Literal.number(0))],
+                                      default=exp.Literal.number(1)))
+    items = [(cdf.SEQ, seq), (cdf.OP, op)] + [(k, c(k)) for k in table.column_names]
+    return select(items, t(src))
+
+
+def _empty_changes(table: Table) -> str:
+    """A change table with no rows (the columns ``fold_select`` yields)."""
+    key = list(table.primary_key)
+    items = [f"{_ident(k)}" for k in key]
+    items += [f"{_ident(k)} AS {_ident(k + '__pre')}" for k in table.non_key_columns]
+    items += [f"{_ident(k)} AS {_ident(k + '__post')}" for k in table.non_key_columns]
+    items += ["false AS __has_pre", "false AS __has_post"]
+    return f"SELECT {', '.join(items)} FROM {_ident(table.name)} WHERE false"
+
+
+def run_script(d: DriverRefresh, p: Plan, run: str, feeds: Mapping[str, Any],
+               sizes: Callable[[Callable[[exp.Select], dict[str, Any]], Mapping[str, int]],
+                               dict[str, int]],
+               stats: Any) -> list[str]:
+    """The Δ-script of ``p`` in DuckDB, each target's APPLYs staged; returns the targets."""
+    d.register_inputs(p)
+    known = d.register_changes(p, feeds)
+    for tname in p.tables:
+        stats.changes[tname] = known[change_table(tname)]
+    known |= sizes(d.one_row, known)
+    statements = list(p.statements)
+    staged: list[str] = []
+    i = 0
+    while i < len(statements):
+        s = statements[i]
+        if isinstance(s, Compute):
+            d.step(s.name)
+            t0 = time.perf_counter()
+            known[s.name] = d.compute(s)
+            if s.phase != "instance":
+                stats.idiff_rows[s.name] = known[s.name]
+                stats.statements.append((s.name, time.perf_counter() - t0))
+            i += 1
+            continue
+        assert isinstance(s, Apply)
+        target = s.target
+        group: list[Apply] = []
+        while i < len(statements) and isinstance(statements[i], Apply) and \
+                statements[i].target == target:  # type: ignore[union-attr]
+            a = statements[i]
+            assert isinstance(a, Apply)
+            if known.get(a.diff) != 0:
+                group.append(a)
+            i += 1
+        if not group:
+            continue
+        d.step(f"stage {target}")
+        t0 = time.perf_counter()
+        later = any(target in reads(st) for st in statements[i:])
+        touched, total, rows = d.stage(run, target, group, later)
+        stats.partitions_rewritten[target] = (len(touched), total)
+        for a, n in zip(group, rows, strict=True):
+            k = f"{a.kind} → {target}"
+            stats.idiff_rows[k] = stats.idiff_rows.get(k, 0) + n
+        staged.append(target)
+        stats.statements.append((f"stage {target}", time.perf_counter() - t0))
+    return staged

@@ -88,6 +88,15 @@ CASES = {
          "UPDATE t0 SET c1 = 'y' WHERE k0 = 'b'", "DELETE FROM t0 WHERE k0 = 'a'"),
         "SELECT d1.c0 AS c0, a4.n + d1.c0 AS c1 FROM (SELECT (SELECT MAX(a3.c3) FROM t0 AS a3 "
         "WHERE a3.c1 = a2.c1) AS c0 FROM t0 AS a2) AS d1, t2 AS a4"),
+    # seed 10369: AVG over double * int beside a plain column under ∪ ALL: the hidden AVG sum
+    # was padded untyped (the product's type was unknown), so text met double precision
+    "seed10369_avg_of_a_product_under_union_all": Case(
+        "CREATE TABLE t0 (k0 int, k1 int, c1 double precision, c3 double precision NOT NULL, "
+        "PRIMARY KEY (k0, k1));",
+        "INSERT INTO t0 VALUES (1, 1, 0.5, 1.25)",
+        ("INSERT INTO t0 VALUES (2, 1, 1.5, 2.75)", "UPDATE t0 SET c1 = NULL WHERE k0 = 1",
+         "DELETE FROM t0 WHERE k0 = 2"),
+        "SELECT AVG(a1.c1 * 2) AS c0 FROM t0 AS a1 UNION ALL SELECT a2.c3 AS c0 FROM t0 AS a2"),
 }
 
 

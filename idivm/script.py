@@ -58,6 +58,21 @@ def reads(stmt: Statement) -> list[str]:
     return [tb.name for tb in stmt.query.find_all(exp.Table)]
 
 
+def apply_run(statements: Sequence[Statement], i: int) -> tuple[list[Apply], int]:
+    """The APPLYs from ``statements[i]`` on that are consecutive and share its target (what a
+    backend stages together), and the index after them."""
+    first = statements[i]
+    assert isinstance(first, Apply)
+    out: list[Apply] = []
+    while i < len(statements):
+        a = statements[i]
+        if not isinstance(a, Apply) or a.target != first.target:
+            break
+        out.append(a)
+        i += 1
+    return out, i
+
+
 def render(stmt: Statement, dialect: Dialect) -> exp.Expr:
     if isinstance(stmt, Compute):
         kind = "TABLE" if dialect == "postgres" else "VIEW"

@@ -39,7 +39,7 @@ from idivm.catalog import Catalog, Table
 from idivm.plan import Plan
 from idivm.planner.model import change_table
 from idivm.planner.ruleapi import c, select, t
-from idivm.script import Apply, Compute, adapt, reads
+from idivm.script import Apply, Compute, adapt, apply_run, reads
 from idivm.spark import changes as cdf
 from idivm.spark.delta import BUCKET, DeltaStore, _bucket_value, add_actions, open_table
 from idivm.spark.sparkhash import bucket_function, buckets
@@ -360,14 +360,8 @@ def run_script(d: DriverRefresh, p: Plan, run: str, feeds: Mapping[str, Any],
             continue
         assert isinstance(s, Apply)
         target = s.target
-        group: list[Apply] = []
-        while i < len(statements) and isinstance(statements[i], Apply) and \
-                statements[i].target == target:  # type: ignore[union-attr]
-            a = statements[i]
-            assert isinstance(a, Apply)
-            if known.get(a.diff) != 0:
-                group.append(a)
-            i += 1
+        run_of, i = apply_run(statements, i)
+        group = [a for a in run_of if known.get(a.diff) != 0]
         if not group:
             continue
         d.step(f"stage {target}")

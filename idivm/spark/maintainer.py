@@ -42,7 +42,7 @@ from idivm.plan import Plan, plan
 from idivm.planner.model import Strategy, change_table
 from idivm.planner.prune import prune_empty
 from idivm.refresh_cost import History, RefreshStrategy, decide
-from idivm.script import Apply, Compute, query_sql, reads
+from idivm.script import Apply, Compute, apply_run, query_sql, reads
 from idivm.spark import changes as cdf
 from idivm.spark import driver
 from idivm.spark.delta import STAGING, DeltaError, DeltaStore, add_actions, open_table, read_files
@@ -580,15 +580,9 @@ class SparkMaintainer:
                 i += 1
                 continue
             target = s.target
-            ops: list[ApplyOp] = []
-            while i < len(statements) and isinstance(statements[i], Apply) and \
-                    statements[i].target == target:  # type: ignore[union-attr]
-                a = statements[i]
-                assert isinstance(a, Apply)
-                if known.get(a.diff) != 0:
-                    ops.append(ApplyOp(a.kind, self.spark.table(a.diff), a.ids, a.columns,
-                                       a.nullable))
-                i += 1
+            run_of, i = apply_run(statements, i)
+            ops = [ApplyOp(a.kind, self.spark.table(a.diff), a.ids, a.columns, a.nullable)
+                   for a in run_of if known.get(a.diff) != 0]
             if not ops:
                 continue
             self._step(f"stage {target}")

@@ -179,11 +179,10 @@ class DriverRefresh:
         for m in p.materialized:
             self._register_stored(m.name)
 
-    def _register_stored(self, name: str, extra: Sequence[str] = ()) -> None:
-        """A cache or the view as its live files (without the bucket column), plus ``extra``
-        staged files."""
+    def _register_stored(self, name: str) -> None:
+        """A cache or the view as its live files (without the bucket column)."""
         dt = self.stored(name)
-        files = [a["path"] for a in add_actions(dt)] + list(extra)
+        files = [a["path"] for a in add_actions(dt)]
         cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
         body = (f"SELECT {cols} FROM {_files_sql(self.store.path(name), files, False)}"
                 if files else self._empty_of(dt))

@@ -2,10 +2,13 @@
 
 A pure model over what a backend records per view (``History``): the seconds a recomputation
 took and how many base-table rows it read, and the seconds each maintenance took for how many
-change-feed rows. A maintenance is modelled as ``fixed + per_change × changes`` (the fixed part
-is the engine's floor — fold the feeds, size the i-diffs, commit — and the rest grows with the
-i-diffs); a recomputation as ``seconds_per_row × base rows``. With no measurement yet, the
-per-change cost is ``DEFAULT_PER_CHANGE``, the floor ``DEFAULT_FIXED``.
+change-feed rows on which engine. A maintenance is modelled per engine as ``fixed + per_change
+× changes`` (the fixed part is the engine's floor — fold the feeds, size the i-diffs, commit —
+and the rest grows with the i-diffs); a recomputation as ``seconds_per_row × base rows``. With
+no measurement yet, an engine's floor and per-change cost are its ``ENGINE_DEFAULTS``. The
+per-change cost is learned only from batches at least a quarter the size of the one estimated:
+a refresh's cost is not linear in its changes (the buckets a batch touches saturate), so a rate
+seen on a few hundred changes overstates the cost of ten thousand.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ RefreshStrategy = Literal["auto", "id", "tuple", "recompute"]
 
 DEFAULT_FIXED = 1.0  # seconds: a Spark refresh's floor, measured at 0.4–1 s (README)
 DEFAULT_PER_CHANGE = 1.5e-4  # seconds per change-feed row (V′ under a 1% batch at 5M links)
+# engine: (floor, per change) before anything is measured; the driver (DuckDB) figures are
+# the 1M-link benchmark's (0.3–0.45 s for 200 changes, ~25 µs per change up to 10k changes)
+ENGINE_DEFAULTS = {"spark": (DEFAULT_FIXED, DEFAULT_PER_CHANGE), "driver": (0.3, 3e-5)}
 KEEP = 8  # maintenance samples kept per view
 CALIBRATE = 0.4  # maintain estimate / create-time recompute above which a recompute is timed
 
@@ -27,7 +33,7 @@ CALIBRATE = 0.4  # maintain estimate / create-time recompute above which a recom
 class History:
     recompute_seconds: float | None = None
     recompute_rows: int | None = None  # base-table rows the recomputation read
-    maintain: tuple[tuple[int, float], ...] = ()  # (changes, seconds), newest last
+    maintain: tuple[tuple[int, float, str], ...] = ()  # (changes, seconds, engine), newest last
     recompute_at_create: bool = False  # the recomputation was only timed by create_view
 
     def as_dict(self) -> dict[str, Any]:
@@ -41,11 +47,12 @@ class History:
         if not d:
             return History()
         return History(d.get("recompute_seconds"), d.get("recompute_rows"),
-                       tuple((int(n), float(s)) for n, s in d.get("maintain", ())),
+                       tuple((int(x[0]), float(x[1]), str(x[2]) if len(x) > 2 else "spark")
+                             for x in d.get("maintain", ())),
                        bool(d.get("recompute_at_create", False)))
 
-    def with_maintain(self, changes: int, seconds: float) -> History:
-        return replace(self, maintain=(*self.maintain, (changes, seconds))[-KEEP:])
+    def with_maintain(self, changes: int, seconds: float, engine: str = "spark") -> History:
+        return replace(self, maintain=(*self.maintain, (changes, seconds, engine))[-KEEP:])
 
     def with_recompute(self, seconds: float, rows: int | None,
                        at_create: bool = False) -> History:
@@ -67,37 +74,43 @@ class Decision:
                 "recompute_estimate": self.recompute_estimate}
 
 
-def maintain_model(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
-    """``(fixed, per_change)`` from earlier maintenances: the floor is the fastest run's time
-    less its changes at the per-change rate; the rate is the steepest (seconds - floor) /
-    changes among runs large enough to show it (≥ 1,000 changes), else the default."""
-    if not samples:
-        return DEFAULT_FIXED, DEFAULT_PER_CHANGE
-    big = [(n, s) for n, s in samples if n >= 1000]
-    fixed0 = min(s for _, s in samples)
-    per = DEFAULT_PER_CHANGE
+def maintain_model(samples: Sequence[tuple[int, float] | tuple[int, float, str]],
+                   changes: int = 0, engine: str = "spark") -> tuple[float, float]:
+    """``(fixed, per_change)`` of ``engine`` from its earlier maintenances (samples without an
+    engine are Spark's): the floor is the fastest run's time less its changes at the
+    per-change rate; the rate is the steepest (seconds - floor) / changes among runs large
+    enough to show it (≥ 1,000 changes, and ≥ a quarter of ``changes``), else the default."""
+    default_fixed, default_per = ENGINE_DEFAULTS.get(engine, ENGINE_DEFAULTS["spark"])
+    own = [(x[0], x[1]) for x in samples
+           if (x[2] if len(x) > 2 else "spark") == engine]
+    if not own:
+        return default_fixed, default_per
+    big = [(n, s) for n, s in own if n >= max(1000, changes // 4)]
+    fixed0 = min(s for _, s in own)
+    per = default_per
     if big:
         per = max(max(0.0, s - fixed0) / n for n, s in big)
-    small = [(n, s) for n, s in samples if n < 1000] or list(samples)
+    small = [(n, s) for n, s in own if n < 1000] or own
     fixed = max(0.0, min(s - per * n for n, s in small))
     return fixed, per
 
 
 def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
-           history: History) -> Decision:
-    """The refresh to run for ``changes`` change-feed rows over tables of ``base_rows`` rows."""
+           history: History, engine: str = "spark") -> Decision:
+    """The refresh to run for ``changes`` change-feed rows over tables of ``base_rows`` rows,
+    a maintenance running on ``engine``."""
     if strategy in ("id", "tuple"):
         return Decision("id", f"strategy={strategy!r} forces maintenance")
     if strategy == "recompute":
         return Decision("recompute", "strategy='recompute' forces recomputation")
-    fixed, per = maintain_model(history.maintain)
+    fixed, per = maintain_model(history.maintain, changes, engine)
     m_est = fixed + per * changes
     if history.recompute_seconds is None:
         return Decision("id", "no recomputation measured yet: maintain", m_est, None)
     r_est = history.recompute_seconds
     if base_rows and history.recompute_rows:
         r_est *= base_rows / history.recompute_rows
-    how = (f"maintain ≈ {m_est:.2f} s ({fixed:.2f} s + {changes:,} changes × "
+    how = (f"maintain ≈ {m_est:.2f} s on {engine} ({fixed:.2f} s + {changes:,} changes × "
            f"{per * 1e6:.0f} µs) vs recompute ≈ {r_est:.2f} s (measured "
            f"{history.recompute_seconds:.2f} s over {history.recompute_rows or 0:,} rows, "
            f"now {base_rows or 0:,})")

@@ -43,3 +43,18 @@ def test_create_time_recompute_is_calibrated_once() -> None:
     assert not timed.recompute_at_create
     assert decide("auto", 10, 100, timed).choice == "recompute"  # 5 s > 3 s, measured
     assert decide("auto", 10, 100, timed.with_maintain(10, 1.0)).choice == "id"
+
+
+def test_model_is_per_engine_and_does_not_extrapolate_small_batches() -> None:
+    """Driver and Spark refreshes are learned apart; a rate seen on batches far smaller than
+    the one estimated is not trusted (the 1M-link bench: 1.2k changes in 0.47 s, then 11.6k in
+    0.55 s on the driver — a rate from the first predicted 1.9 s)."""
+    h = History(recompute_seconds=1.3, recompute_rows=1_200_000) \
+        .with_maintain(400, 0.31, "driver").with_maintain(1198, 0.47, "driver") \
+        .with_maintain(400, 9.0, "spark")
+    assert decide("auto", 11_655, 1_200_000, h, "driver").choice == "id"
+    assert decide("auto", 11_655, 1_200_000, h, "spark").choice == "recompute"
+    fixed, per = maintain_model(h.maintain, 1198, "driver")
+    assert per == (0.47 - 0.31) / 1198  # batches of its size do teach the rate
+    assert maintain_model(h.maintain, 11_655, "driver")[1] == 3e-5  # the driver's default
+    assert History.from_dict({"maintain": [[10, 1.0]]}).maintain == ((10, 1.0, "spark"),)

@@ -416,11 +416,14 @@ class SparkMaintainer:
                     if upto[t] > since[t] and asked != "recompute" else None
             history = History.from_dict(entry.get("cost"))
             n = sum(0 if a is None else int(a.num_rows) for a in arrows.values())
+            # where a maintenance would run: the estimate is that engine's
+            engine, why = ("spark", "a recomputation runs on Spark") if asked == "recompute" \
+                else self._engine_for(p, n)
             decision = decide(asked, n, self._base_rows(p, upto)
-                              if asked == "auto" else None, history)
+                              if asked == "auto" else None, history, engine)
             stats.decision = decision.as_dict()
-            engine, why = ("spark", "a recomputation runs on Spark") \
-                if decision.choice == "recompute" else self._engine_for(p, n)
+            if decision.choice == "recompute":
+                engine, why = "spark", "a recomputation runs on Spark"
             stats.decision |= {"engine": engine, "engine_reason": why}
             if engine == "driver":
                 staged = self._stage_on_driver(p, run, arrows, upto, stats)
@@ -461,7 +464,7 @@ class SparkMaintainer:
         if stats.decision.get("choice") == "recompute":
             h = h.with_recompute(stats.seconds, self._base_rows(p, upto))
         else:
-            h = h.with_maintain(changes, stats.seconds)
+            h = h.with_maintain(changes, stats.seconds, stats.decision.get("engine", "spark"))
         entry["cost"] = h.as_dict()
         entry["last_refresh"] = {**stats.decision, "seconds": round(stats.seconds, 3),
                                  "changes": changes}

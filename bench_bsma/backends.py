@@ -240,8 +240,8 @@ class SparkBackend:
 
     def __init__(self, warehouse: Path, master: str | None = None,
                  driver_memory: str = "6g", spark: Any = None) -> None:
-        from idivm.cli import driver_conf, spark_session
         from idivm.spark import SparkMaintainer
+        from idivm.spark.session import driver_conf, spark_session
 
         if warehouse.exists():
             shutil.rmtree(warehouse)

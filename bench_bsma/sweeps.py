@@ -149,7 +149,7 @@ class _SparkSweep:
     """parts/devices on Spark (the generator of ``idivm bench spark``)."""
 
     def __init__(self, root: Path, master: str | None) -> None:
-        from idivm.cli import driver_conf, spark_session
+        from idivm.spark.session import driver_conf, spark_session
 
         self.spark = spark_session(master, conf={"spark.driver.memory": "6g",
                                                  **driver_conf(False)})

@@ -6,10 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ from idivm.errors import IdivmError
 from idivm.plan import plan
 from idivm.planner.model import STRATEGIES
 from idivm.postgres import PostgresMaintainer
+from idivm.spark.session import driver_conf, spark_session
 
 KINDS = ("insert", "delete", "update")
 
@@ -257,54 +255,8 @@ def cmd_bench_pg(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- Spark ------------------------------------------------------------------------------------
-SPARK_SESSION: Any = None
-"""A SparkSession ``idivm spark``, ``idivm demo`` and ``idivm bench spark`` use instead of
-starting one (for tests and embedders); never stopped by the CLI."""
-
+# -- Spark (session helpers: idivm.spark.session) --------------------------------------------
 CHANGE_COLUMNS = {"_change_type": "string", "_commit_version": "bigint"}
-QUIET_LOG4J2 = """rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
-"""
-
-
-def driver_conf(short_run: bool) -> dict[str, str]:
-    """Driver JVM options for an embedded session: Spark's start-up logging quieted, and for a
-    short run (a CLI command, the demo) the C1 compiler only — a short-lived driver running many
-    small jobs pays more for C2's warm-up than it gets back (the demo ran ~1.6x faster)."""
-    props = Path(tempfile.gettempdir()) / "idivm-log4j2.properties"
-    if not props.exists() or props.read_text() != QUIET_LOG4J2:
-        tmp = props.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(QUIET_LOG4J2)
-        os.replace(tmp, props)
-    opts = f"-Dlog4j2.configurationFile={props}"
-    if short_run:  # C1 alone reserves 48 MB for compiled code; Spark's codegen fills that
-        opts = f"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m {opts}"
-    return {"spark.driver.extraJavaOptions": opts}
-
-
-def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> Any:
-    """``SPARK_SESSION`` if set, else the embedded (loopback-only) session, started on first use
-    and then reused by every in-process call."""
-    if SPARK_SESSION is not None:
-        return SPARK_SESSION
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        raise IdivmError("Spark needs Java 17 on the PATH "
-                         "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as e:
-        raise IdivmError("pyspark is not installed (pip install -e '.[dev]')") from e
-    from idivm.spark import embedded_session
-
-    return embedded_session(master, conf=conf)
 
 
 def read_data(spark: Any, path: str, table: Any, changes: bool = False) -> Any:

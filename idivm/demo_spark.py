@@ -183,8 +183,8 @@ def run(warehouse: str | None = None, master: str | None = None, scale: float = 
 
 
 def _run(c: Console, root: Path, master: str | None, scale: float, seed: int) -> int:
-    from idivm.cli import driver_conf, spark_session
     from idivm.spark import SparkMaintainer
+    from idivm.spark.session import driver_conf, spark_session
 
     c.rule("[bold]idivm demo: BSMA-like views maintained on Spark from a change feed[/bold]")
     catalog = Catalog.from_ddl(BSMA_DDL)

@@ -9,25 +9,27 @@ from typing import Any
 
 import pytest
 
-from idivm import cli
 from idivm.cli import main
 from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
 
 
 @pytest.fixture(scope="module")
 def spark(spark_available: None) -> Iterator[Any]:
-    """One embedded session for the module, handed to the CLI through ``cli.SPARK_SESSION``.
+    """One embedded session for the module, handed to the CLI through
+    ``idivm.spark.session.SPARK_SESSION``.
 
     Skipped without Java or pyspark, failed instead when ``CI=true``. Not stopped afterwards:
     later test modules' ``getOrCreate`` reuse it.
     """
     from idivm.spark import embedded_session
+    from idivm.spark import session as session_module
+    from idivm.spark.session import driver_conf
 
-    session = embedded_session("local[2]", conf=cli.driver_conf(short_run=True))
-    saved = cli.SPARK_SESSION
-    cli.SPARK_SESSION = session
+    session = embedded_session("local[2]", conf=driver_conf(short_run=True))
+    saved = session_module.SPARK_SESSION
+    session_module.SPARK_SESSION = session
     yield session
-    cli.SPARK_SESSION = saved
+    session_module.SPARK_SESSION = saved
 
 
 def _write(path: Path, text: str) -> str:

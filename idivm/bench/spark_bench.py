@@ -121,9 +121,9 @@ def run(links: int = 5_000_000, fanout: int = 10, phones: float = 0.2, updates: 
 
 def _run(c: Console, root: Path, cfg: _Config, out: Path, master: str | None,
          driver_memory: str) -> int:
-    from idivm.cli import driver_conf, spark_session
     from idivm.spark import SparkMaintainer
     from idivm.spark.delta import add_actions, open_table
+    from idivm.spark.session import driver_conf, spark_session
 
     pd = cfg.pd
     c.rule("[bold]idivm bench spark: parts/devices (paper §7.2) on Delta — id vs recompute vs "

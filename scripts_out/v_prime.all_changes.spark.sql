@@ -310,55 +310,75 @@ WHEN MATCHED THEN UPDATE SET
   `v`.`parts__price` = `d`.`parts__price`
 WHEN NOT MATCHED THEN INSERT (`g__expr`, `parts__price`, `__id_parts__pid`) VALUES (`d`.`g__expr`, `d`.`parts__price`, `d`.`__id_parts__pid`);
 
--- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_post)
+-- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_post), the APPLYs replayed on the Input_pre snapshot
 CREATE OR REPLACE TEMPORARY VIEW `v_prime__cache7__new` AS
 SELECT
-  `x`.`g__expr` AS `g__expr`,
-  `x`.`parts__price` AS `parts__price`,
-  `x`.`__id_parts__pid` AS `__id_parts__pid`
-FROM `v_prime__cache7` AS `x`
-WHERE
-  (
-    (
+  `y5`.`g__expr` AS `g__expr`,
+  `y5`.`parts__price` AS `parts__price`,
+  `y5`.`__id_parts__pid` AS `__id_parts__pid`
+FROM (
+  SELECT
+    `x5`.`g__expr` AS `g__expr`,
+    `x5`.`parts__price` AS `parts__price`,
+    `x5`.`__id_parts__pid` AS `__id_parts__pid`
+  FROM (
+    SELECT
+      `x0`.`g__expr` AS `g__expr`,
+      CASE
+        WHEN NOT `u4`.`__m` IS NULL
+        THEN `u4`.`parts__price__post`
+        ELSE `x0`.`parts__price`
+      END AS `parts__price`,
+      `x0`.`__id_parts__pid` AS `__id_parts__pid`
+    FROM `v_prime__cache7__old` AS `x0`
+    LEFT JOIN (
+      SELECT DISTINCT
+        `z`.`__id_parts__pid` AS `__id_parts__pid`,
+        `z`.`parts__price__post` AS `parts__price__post`,
+        TRUE AS `__m`
+      FROM `d40` AS `z`
+    ) AS `u4`
+      ON `x0`.`__id_parts__pid` = `u4`.`__id_parts__pid`
+    WHERE
       (
-        EXISTS(
-          SELECT
-            1
-          FROM `d45` AS `z`
-          WHERE
-            `x`.`__id_parts__pid` = `z`.`__id_parts__pid` AND `x`.`g__expr` = `z`.`g__expr`
-        )
-        OR EXISTS(
+        NOT EXISTS(
           SELECT
             1
           FROM `d39` AS `z`
           WHERE
-            `x`.`__id_parts__pid` = `z`.`__id_parts__pid`
+            `x0`.`__id_parts__pid` = `z`.`__id_parts__pid`
+        )
+        AND NOT EXISTS(
+          SELECT
+            1
+          FROM `d42` AS `z`
+          WHERE
+            `x0`.`g__expr` = `z`.`g__expr` AND `x0`.`__id_parts__pid` = `z`.`__id_parts__pid`
         )
       )
-      OR EXISTS(
+      AND NOT EXISTS(
         SELECT
           1
-        FROM `d40` AS `z`
+        FROM `d44` AS `z`
         WHERE
-          `x`.`__id_parts__pid` = `z`.`__id_parts__pid`
+          `x0`.`g__expr` = `z`.`g__expr`
       )
-    )
-    OR EXISTS(
+  ) AS `x5`
+  WHERE
+    NOT EXISTS(
       SELECT
         1
-      FROM `d42` AS `z`
+      FROM `d45` AS `z`
       WHERE
-        `x`.`g__expr` = `z`.`g__expr` AND `x`.`__id_parts__pid` = `z`.`__id_parts__pid`
+        `x5`.`__id_parts__pid` = `z`.`__id_parts__pid` AND `x5`.`g__expr` = `z`.`g__expr`
     )
-  )
-  OR EXISTS(
-    SELECT
-      1
-    FROM `d44` AS `z`
-    WHERE
-      `x`.`g__expr` = `z`.`g__expr`
-  );
+  UNION ALL
+  SELECT DISTINCT
+    `z`.`g__expr` AS `g__expr`,
+    `z`.`parts__price` AS `parts__price`,
+    `z`.`__id_parts__pid` AS `__id_parts__pid`
+  FROM `d45` AS `z`
+) AS `y5`;
 
 -- Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
 CREATE OR REPLACE TEMPORARY VIEW `d46` AS

@@ -44,21 +44,25 @@ ON `v`.`__id_parts__pid` = `d`.`__id_parts__pid`
 WHEN MATCHED THEN UPDATE SET
   `v`.`parts__price` = `d`.`parts__price__post`;
 
--- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_post)
+-- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_post), the APPLYs replayed on the Input_pre snapshot
 CREATE OR REPLACE TEMPORARY VIEW `v_prime__cache7__new` AS
 SELECT
-  `x`.`g__expr` AS `g__expr`,
-  `x`.`parts__price` AS `parts__price`,
-  `x`.`__id_parts__pid` AS `__id_parts__pid`
-FROM `v_prime__cache7` AS `x`
-WHERE
-  EXISTS(
-    SELECT
-      1
-    FROM `d5` AS `z`
-    WHERE
-      `x`.`__id_parts__pid` = `z`.`__id_parts__pid`
-  );
+  `x0`.`g__expr` AS `g__expr`,
+  CASE
+    WHEN NOT `u1`.`__m` IS NULL
+    THEN `u1`.`parts__price__post`
+    ELSE `x0`.`parts__price`
+  END AS `parts__price`,
+  `x0`.`__id_parts__pid` AS `__id_parts__pid`
+FROM `v_prime__cache7__old` AS `x0`
+LEFT JOIN (
+  SELECT DISTINCT
+    `z`.`__id_parts__pid` AS `__id_parts__pid`,
+    `z`.`parts__price__post` AS `parts__price__post`,
+    TRUE AS `__m`
+  FROM `d5` AS `z`
+) AS `u1`
+  ON `x0`.`__id_parts__pid` = `u1`.`__id_parts__pid`;
 
 -- Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
 CREATE OR REPLACE TEMPORARY VIEW `d6` AS

@@ -135,9 +135,9 @@ def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
                     emit(_apply(m, d))
         done.add(m.nid)
         if m.role != "view":
-            emit(Compute(f"{m.name}__new", _snapshot(m, target_diffs),
-                         f"snapshot: rows of {m.name} its i-diffs touch (Input_post)",
-                         "snapshot"))
+            emit(Compute(f"{m.name}__new", _post_of_touched(m, target_diffs),
+                         f"snapshot: rows of {m.name} its i-diffs touch (Input_post), the "
+                         "APPLYs replayed on the Input_pre snapshot", "snapshot"))
     return Composition(tuple(stmts), tuple(applied), tuple(mats), via_root)
 
 
@@ -160,6 +160,48 @@ def touches(m_cols: tuple[str, ...], diffs: tuple[DiffNode, ...], alias: str,
 def _snapshot(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select:
     return select([(k, c(k, "x")) for k in m.columns], t(m.name, "x"),
                   touches(m.columns, diffs, "x", m.nullable, m.key))
+
+
+def _post_of_touched(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select:
+    """The touched rows after the APPLYs, from the ``__old`` snapshot rather than from the
+    relation again: each APPLY (DELETE, UPDATE … SET, insert-or-replace, in the script's order)
+    replayed on those rows. The same rows as a second snapshot — a row no i-diff names is
+    unchanged — and, where an UPDATE sets a column another i-diff names rows by, a superset
+    with each row's pre- and post-image on the two sides, which cancel where unchanged; the
+    stored relation is read once per refresh, by its i-diffs' IDs."""
+    cols = m.columns
+    q: exp.Select = select([(k, c(k, "x0")) for k in cols], t(f"{m.name}__old", "x0"))
+    i = 0
+    for kind in ("del", "upd", "ins"):
+        for d in diffs:
+            if d.schema.kind != kind:
+                continue
+            a = _apply(m, d)
+            i += 1
+            cur, x = subquery(q, f"x{i}"), f"x{i}"
+            nulls = {k: True for k in a.nullable}
+            pairs = [(k, k) for k in a.ids]
+            if kind == "del":
+                q = select([(k, c(k, x)) for k in cols], cur,
+                           exp.Not(this=exists(t(d.name, "z"), match(pairs, x, "z", nulls))))
+            elif kind == "upd":
+                u = f"u{i}"
+                posts = select([(k, c(k, "z")) for k in a.ids]
+                               + [(post_name(k), c(post_name(k), "z")) for k in a.columns]
+                               + [("__m", exp.true())], t(d.name, "z"), distinct=True)
+                hit = exp.Not(this=exp.Is(this=c("__m", u), expression=exp.null()))
+                q = select([(k, exp.Case(ifs=[exp.If(this=hit.copy(),
+                                                     true=c(post_name(k), u))],
+                                         default=c(k, x)) if k in a.columns else c(k, x))
+                            for k in cols], cur).join(
+                    subquery(posts, u), on=match(pairs, x, u, nulls), join_type="left")
+            else:
+                kept = select([(k, c(k, x)) for k in cols], cur, exp.Not(this=exists(
+                    t(d.name, "z"), match(pairs, x, "z", nulls))))
+                rows = select([(k, c(k, "z")) for k in cols], t(d.name, "z"), distinct=True)
+                q = select([(k, c(k, f"y{i}")) for k in cols],
+                           subquery(union_all([kept, rows]), f"y{i}"))
+    return q
 
 
 def _apply(m: Materialized, d: DiffNode) -> Apply:

@@ -23,6 +23,7 @@ stored relations' ID indexes, a large batch a hash join.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -144,11 +145,15 @@ class Inlined:
     statement: Statement
     ctes: tuple[tuple[str, exp.Expr], ...] = ()
 
-    def reads(self) -> set[str]:
+    def reads(self) -> frozenset[str]:
+        return self._reads
+
+    @functools.cached_property
+    def _reads(self) -> frozenset[str]:  # (the trees are not changed once inlined)
         out = reads(self.statement)
         for _, q_ in self.ctes:
             out |= {tb.name for tb in q_.find_all(exp.Table)}
-        return out - {n for n, _ in self.ctes}
+        return frozenset(out - {n for n, _ in self.ctes})
 
 
 def _cheap(item: Inlined) -> bool:
@@ -339,15 +344,16 @@ def _statement_sql(item: Inlined, fix: Fix = _same) -> str:
         query = s.query.copy()
         if w is not None:
             query.set("with_", w)
-        return fix(exp.insert(query, exp.table_(exp.to_identifier(s.name, quoted=True)))
-                   ).sql("postgres")
+        # every tree here is this function's own copy: neither builder nor generator copies it
+        return fix(exp.insert(query, exp.table_(exp.to_identifier(s.name, quoted=True)),
+                              copy=False)).sql("postgres", copy=False)
     tree = render(s, "postgres")
     if w is not None:
         if isinstance(tree, exp.Insert):
             tree.expression.set("with_", w)
         else:
             tree.set("with_", w)
-    text = fix(tree).sql("postgres")
+    text = fix(tree).sql("postgres", copy=False)
     if s.kind == "replace":  # PostgreSQL has no INSERT OVERWRITE: empty the table first
         text = f"{exp.delete(exp.to_identifier(s.target, quoted=True)).sql('postgres')};\n" \
                f"    {text}"

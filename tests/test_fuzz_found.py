@@ -97,6 +97,21 @@ CASES = {
         ("INSERT INTO t0 VALUES (2, 1, 1.5, 2.75)", "UPDATE t0 SET c1 = NULL WHERE k0 = 1",
          "DELETE FROM t0 WHERE k0 = 2"),
         "SELECT AVG(a1.c1 * 2) AS c0 FROM t0 AS a1 UNION ALL SELECT a2.c3 AS c0 FROM t0 AS a2"),
+    # seed 10579: COALESCE(numeric(8,2), -0.75) under ∪: its type was unknown (two numeric
+    # spellings), the other branch's padding NULL materialized as text and met numeric
+    "seed10579_coalesce_of_numerics_under_union": Case(
+        "CREATE TABLE t0 (k0 text PRIMARY KEY, c1 int);"
+        "CREATE TABLE t1 (k0 text PRIMARY KEY, c0 int NOT NULL, c1 double precision NOT NULL);"
+        "CREATE TABLE t2 (k0 int PRIMARY KEY, c0 int NOT NULL);"
+        "CREATE TABLE t3 (k0 int PRIMARY KEY, c0 numeric(8,2), c2 int);",
+        "INSERT INTO t0 VALUES ('a', 1); INSERT INTO t1 VALUES ('x', 1, 2.5);"
+        "INSERT INTO t2 VALUES (1, 1); INSERT INTO t3 VALUES (1, NULL, 4), (3, 1.5, 6)",
+        ("INSERT INTO t3 VALUES (5, 2.25, 7)", "UPDATE t3 SET c0 = NULL WHERE k0 = 3",
+         "INSERT INTO t1 VALUES ('y', 1, 0.5)", "DELETE FROM t2"),
+        "WITH w1 AS (SELECT DISTINCT COALESCE(a2.c0, -0.75) AS c0, 2 AS c1 FROM t3 AS a2 "
+        "UNION SELECT a5.c1 AS c0, a5.c0 AS c1 FROM t2 AS a3 JOIN t0 AS a4 ON a3.c0 = a4.c1 "
+        "JOIN t1 AS a5 ON a4.c1 = a5.c0), w6 AS (SELECT a7.c1 AS c0 FROM w1 AS a7) "
+        "SELECT 7 AS c0, a12.c2 AS c1 FROM w6 AS a11 JOIN t3 AS a12 ON a11.c0 <= a12.k0"),
 }
 
 

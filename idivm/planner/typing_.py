@@ -46,9 +46,8 @@ def expression_type(e: exp.Expr, types: Mapping[str, str | None]) -> str | None:
         branches = ([e.this, *e.expressions] if isinstance(e, exp.Coalesce)
                     else [*(i.args.get("true") for i in e.args.get("ifs") or []),
                           e.args.get("default")])
-        known = {expression_type(b, types) for b in branches
-                 if b is not None and not isinstance(b, exp.Null)}
-        return known.pop() if len(known) == 1 else None
+        return _common_type([expression_type(b, types) for b in branches
+                             if b is not None and not isinstance(b, exp.Null)])
     if isinstance(e, exp.Add | exp.Sub | exp.Mul | exp.Div):
         return _arithmetic_type(expression_type(e.this, types),
                                 expression_type(e.expression, types))
@@ -77,6 +76,29 @@ def _arithmetic_type(left: str | None, right: str | None) -> str | None:
             return "DOUBLE PRECISION"
         return "NUMERIC"
     return None
+
+
+def _common_type(branches: list[str | None]) -> str | None:
+    """The type PostgreSQL resolves for the branches of a COALESCE or CASE, where certain:
+    one type, or numbers of several (an integer type widens to a wider integer, to numeric,
+    or to double precision; fuzz seed 10579: ``COALESCE(numeric(8,2) column, -0.75)`` is
+    numeric). Anything else (unknown branches, text of several kinds, real) stays unknown."""
+    if not branches or any(b is None for b in branches):
+        return None
+    distinct = set(branches)
+    if len(distinct) == 1:
+        return branches[0]
+    out: str | None = branches[0]
+    for b in branches[1:]:
+        if out is None:
+            return None
+        lo, lb = _base(out), _base(b)
+        if lo in _INTEGERS and lb in _INTEGERS:  # smallint with integer: integer
+            small = ("SMALLINT", "INT2")
+            out = out if lo in small and lb in small else "INT"
+            continue
+        out = _arithmetic_type(out, b)
+    return out
 
 
 def aggregate_type(func: str, arg_type: str | None) -> str | None:

@@ -270,6 +270,22 @@ def test_local_cluster_mode(tmp_path: Path) -> None:
     assert "local-cluster ok" in out.stdout
 
 
+@pytest.mark.slow  # a deployment test: ~2 min on 2 cores (the differential suites are the oracle)
+def test_standalone_cluster(tmp_path: Path) -> None:
+    """A Spark standalone master and two workers on loopback (``spark-class``, shipped with
+    pyspark): V and V' created, refreshed after two batches and verified under each engine
+    through ``spark://127.0.0.1:PORT``; the cluster is stopped afterwards."""
+    if shutil.which("java") is None and os.environ.get("CI") != "true":
+        pytest.skip("Java is not installed")
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(root))
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.spark.standalone", str(tmp_path / "wh")],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "standalone ok" in out.stdout and "executors 2" in out.stdout, out.stdout
+
+
 def test_undeclared_changes_are_refused(spark: Any, tmp_path: Path) -> None:
     m = maintainer(spark, tmp_path, PAPER_DDL)
     _figure2(spark, m)

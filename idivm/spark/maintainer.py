@@ -157,9 +157,10 @@ class SparkMaintainer:
             self._stale.discard(n)
 
     def _register_view(self, name: str, store: str, columns: Sequence[str]) -> None:
+        """The view's temp view: its declared columns of the stored relation's files."""
         from pyspark.sql import functions as F
 
-        self.spark.table(store).select(*[F.col(f"`{c}`") for c in columns]) \
+        self.store.read_raw(store).select(*[F.col(f"`{c}`") for c in columns]) \
             .createOrReplaceTempView(name)
 
     def _step(self, what: str) -> None:
@@ -449,7 +450,8 @@ class SparkMaintainer:
             self._reset_views(p)
             raise
         self._publish(p, manifest, stats)
-        self._drop_temps(p)
+        if stats.decision.get("engine") != "driver":  # (the driver registers nothing in Spark)
+            self._drop_temps(p)
         self._dirty.discard(name)
         stats.seconds = time.perf_counter() - start
         self._record(p, stats, n, upto)
@@ -698,13 +700,11 @@ class SparkMaintainer:
     def _reset_views(self, p: Plan) -> None:
         """Temp views back to the stored relations (undo the staged post-states): the view's
         now, its caches' when a Δ-script next reads them."""
-        for m in p.materialized:
-            if m.name != p.store.name:
-                self.spark.catalog.dropTempView(m.name)
-                self._stale.add(m.name)
+        for m in p.materialized:  # (registered again by the next Δ-script on Spark)
+            self.spark.catalog.dropTempView(m.name)
+            self._stale.add(m.name)
         if self.store.exists(p.store.name):
-            self._register(p.store.name)
-        self._register_view(p.name, p.store.name, p.columns)
+            self._register_view(p.name, p.store.name, p.columns)
 
     def _drop_temps(self, p: Plan) -> None:
         for s in p.statements:

@@ -166,4 +166,7 @@ def test_bench_spark_tiny(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixt
     assert [(r["view"], r["batch"], r["rounds"]) for r in report["results"]] == [
         ("V", "a", 2), ("V'", "a", 2), ("V", "b", 2), ("V'", "b", 2), ("V", "c", 2),
         ("V'", "c", 2)]
+    # the limit copies were refreshed with just the final changes and equal the views
+    assert all(r["limit"]["verified"] for r in report["rounds"])
+    assert all(r["limit_seconds"] > 0 and r["id_vs_limit"] > 0 for r in report["results"])
     assert (out / "spark_bench.png").exists()

@@ -112,6 +112,15 @@ CASES = {
         "UNION SELECT a5.c1 AS c0, a5.c0 AS c1 FROM t2 AS a3 JOIN t0 AS a4 ON a3.c0 = a4.c1 "
         "JOIN t1 AS a5 ON a4.c1 = a5.c0), w6 AS (SELECT a7.c1 AS c0 FROM w1 AS a7) "
         "SELECT 7 AS c0, a12.c2 AS c1 FROM w6 AS a11 JOIN t3 AS a12 ON a11.c0 <= a12.k0"),
+    # seed 10754: the same with COALESCE(double precision, 3.75) beside a numeric column
+    "seed10754_coalesce_of_a_double_under_union": Case(
+        "CREATE TABLE t0 (k0 int, k1 int, c0 numeric(8,2) NOT NULL, c1 double precision, "
+        "PRIMARY KEY (k0, k1));",
+        "INSERT INTO t0 VALUES (1, 1, 1.5, NULL), (2, 1, 2.25, 0.5)",
+        ("INSERT INTO t0 VALUES (3, 1, 4, 4.5)", "UPDATE t0 SET c1 = NULL WHERE k0 = 2",
+         "UPDATE t0 SET c1 = 1.5 WHERE k0 = 1", "DELETE FROM t0 WHERE k0 = 3"),
+        "SELECT a1.c0 AS c0, a1.c0 AS c1 FROM t0 AS a1 UNION SELECT DISTINCT "
+        "COALESCE(a2.c1, 3.75) AS c0, a2.c1 AS c1 FROM t0 AS a2"),
 }
 
 

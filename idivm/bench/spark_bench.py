@@ -18,6 +18,10 @@ The id copy is maintained a second time right after its refresh — nothing pend
 floor of a refresh. Every copy is then checked against the recomputation of its view (row count
 and a sum of row hashes); a mismatch makes the run fail.
 
+After each round every view's *limit copy* is refreshed (``idivm.bench.spark_limit``): the
+change feeds read and just the final view changes committed, in the best layout for the batch —
+the physical limit of a refresh on Delta — and checked equal to the view; ``id / limit`` says
+how far the id copy's refresh is from it.
 Last, devices_parts' Delta table is attached (``attach_delta``, no copy) to a second maintainer
 in another warehouse, timed. Reported per view and batch: median refresh times (min–max over
 the rounds), the speedup of id over recompute, auto's choices and its time against the faster of
@@ -35,7 +39,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,7 @@ from rich.table import Table
 
 from idivm.bench import pyplot, step
 from idivm.bench.data import PartsDevices, mixed_batch, parts_devices, price_updates
+from idivm.bench.spark_limit import LimitCopy, limit_copies
 from idivm.catalog import Catalog
 from idivm.errors import IdivmError
 from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
@@ -167,6 +172,10 @@ def _run(c: Console, root: Path, cfg: _Config, out: Path, master: str | None,
                                             for r in m.plan_of(name).materialized}
             setup[f"{label} rows"] = m.read_view(copy_name(view, "id")).count()
 
+        with step(progress, "copy V and V' for the limit (a hand-written refresh)"):
+            limits = limit_copies(root, {label: (m.view_location(copy_name(view, "id")),
+                                                 m.plan_of(copy_name(view, "id")).columns)
+                                         for label, view, _ in VIEWS})
         todo: dict[str, tuple[str, Callable[[int, int], dict[str, Any]]]] = {
             "a": (f"{cfg.updates} price updates", lambda rep, k: {
                 "parts": price_updates(spark, spark.table("parts"), cfg.updates, pd,
@@ -185,7 +194,7 @@ def _run(c: Console, root: Path, cfg: _Config, out: Path, master: str | None,
             for rep in range(cfg.repeat):
                 order = [*STRATEGIES[g % len(STRATEGIES):], *STRATEGIES[:g % len(STRATEGIES)]]
                 batch_record, records = _round(progress, m, key, caption, rep, order,
-                                               build(rep, k))
+                                               build(rep, k), limits)
                 report["batches"].append(batch_record)
                 report["rounds"] += records
                 g += 1
@@ -203,11 +212,12 @@ def _run(c: Console, root: Path, cfg: _Config, out: Path, master: str | None,
 
 
 def _round(progress: Progress, m: Any, key: str, caption: str, rep: int,
-           order: Sequence[RefreshStrategy], batch: dict[str, Any]
-           ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+           order: Sequence[RefreshStrategy], batch: dict[str, Any],
+           limits: Mapping[str, LimitCopy]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One batch: commit it to the base tables, maintain the six copies in ``order`` (of the
     strategies; V before V' for each), time a refresh with nothing pending after each id copy's,
-    verify every copy. Returns the batch's record and a record per view."""
+    verify every copy, then refresh each view's limit copy (``spark_limit``) and verify it.
+    Returns the batch's record and a record per view."""
     what = f"batch ({key}) {caption}, round {rep + 1}"
     with step(progress, f"{what}: build the change feeds"):
         feeds = {t: df.localCheckpoint(eager=True)  # detached from the files it rewrites
@@ -252,6 +262,16 @@ def _round(progress: Progress, m: Any, key: str, caption: str, rep: int,
                                              expected[(label, marks)])
         progress.update(task, description=f"{what}: verified the six copies (count, hash sum "
                         "vs recompute)")
+    limit: dict[str, dict[str, Any]] = {}
+    with step(progress, f"{what}: the limit — commit just the final view changes"):
+        for label, _, _ in VIEWS:
+            lc = limits[label]
+            final = lc.prepare()
+            versions = stats[(label, "id")].versions
+            seconds = lc.refresh(m.catalog, {t: (m.table_location(t), int(a), int(b))
+                                             for t, (a, b) in versions.items()})
+            limit[label] = {"seconds": seconds, "final_changes": final,
+                            "verified": lc.verify()}
     batch_record = {"batch": key, "batch_caption": caption, "round": rep + 1,
                     "change_rows": sizes, "write_seconds": sum(write.values()),
                     "write_by_table": write, "order": list(order)}
@@ -264,7 +284,9 @@ def _round(progress: Progress, m: Any, key: str, caption: str, rep: int,
             "noop_seconds": noop[label], "copies": copies,
             "auto_choice": copies["auto"]["decision"].get("choice"),
             "auto_reason": copies["auto"]["decision"].get("reason"),
-            "verified": all(x["verified"] for x in copies.values())})
+            "limit": limit[label],
+            "verified": all(x["verified"] for x in copies.values())
+            and limit[label]["verified"]})
     return batch_record, records
 
 
@@ -322,12 +344,16 @@ def _summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
             xs = [r["copies"][s]["seconds"] for r in rs]
             row[f"{s}_seconds"] = statistics.median(xs)
             row[f"{s}_spread"] = [min(xs), max(xs)]
+        xs = [r["limit"]["seconds"] for r in rs]
+        row["limit_seconds"], row["limit_spread"] = statistics.median(xs), [min(xs), max(xs)]
+        row["final_changes"] = mid["limit"]["final_changes"]
         for k in ("write", "noop"):
             xs = [r[f"{k}_seconds"] for r in rs]
             row[f"{k}_seconds"] = statistics.median(xs)
             row[f"{k}_spread"] = [min(xs), max(xs)]
         best = min(row["id_seconds"], row["recompute_seconds"])
         row["speedup"] = row["recompute_seconds"] / row["id_seconds"]
+        row["id_vs_limit"] = row["id_seconds"] / row["limit_seconds"]
         row["faster"] = "id" if row["id_seconds"] <= row["recompute_seconds"] else "recompute"
         row["auto_vs_best"] = row["auto_seconds"] / best
         row["auto_vs_best_rounds"] = [
@@ -383,17 +409,21 @@ def _print(c: Console, report: dict[str, Any]) -> bool:
               "all copies); changes: effective changes of all tables; buckets rewritten: by the "
               "id copy, over the view and its caches; recompute s: the recompute copy's refresh "
               "(view and caches written anew as Delta); auto/min: auto's median over the faster "
-              "of id and recompute; no-op s: the id copy maintained again, nothing pending")
+              "of id and recompute; no-op s: the id copy maintained again, nothing pending; "
+              "limit s: read the change feeds and commit just the final view changes (−removed "
+              "+added rows) in the best layout for the batch (idivm/bench/spark_limit.py)")
     for col in ("view", "batch", "write s", "changes", "buckets rewritten", "id s",
-                "recompute s", "speedup rec/id", "auto s", "auto chose", "auto/min", "no-op s",
-                "verified"):
+                "recompute s", "speedup rec/id", "limit s", "final −/+", "id/limit", "auto s",
+                "auto chose", "auto/min", "no-op s", "verified"):
         t.add_column(col, justify="left" if col in ("view", "batch", "auto chose") else "right")
     for r in report["results"]:
         ratio = f"{r['auto_vs_best']:.2f}×"
         t.add_row(r["view"], f"({r['batch']}) {r['batch_caption']}", _spread(r, "write"),
                   f"{sum(r['effective_changes'].values()):,}",
                   "{}/{}".format(*r["partitions_rewritten"]), _spread(r, "id"),
-                  _spread(r, "recompute"), f"{r['speedup']:.1f}×", _spread(r, "auto"),
+                  _spread(r, "recompute"), f"{r['speedup']:.1f}×", _spread(r, "limit"),
+                  "{removed:,}/{added:,}".format(**r["final_changes"]),
+                  f"{r['id_vs_limit']:.1f}×", _spread(r, "auto"),
                   _choices(r["auto_choices"]),
                   f"[green]{ratio}[/green]" if r["auto_target_met"] else f"[red]{ratio}[/red]",
                   _spread(r, "noop"),
@@ -456,14 +486,15 @@ def _plot(c: Console, report: dict[str, Any], path: Path) -> None:
     x = list(range(len(rs)))
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8),
                                   gridspec_kw={"width_ratios": [3, 1.4]})
-    w = 0.27
+    w = 0.2
     for i, (s, caption) in enumerate((("id", "id (Δ-script)"),
                                       ("recompute", "recompute (view + caches anew)"),
-                                      ("auto", "auto (chooses)"))):
+                                      ("auto", "auto (chooses)"),
+                                      ("limit", "limit (final changes only)"))):
         med = [r[f"{s}_seconds"] for r in rs]
         err = [[m - r[f"{s}_spread"][0] for m, r in zip(med, rs, strict=True)],
                [r[f"{s}_spread"][1] - m for m, r in zip(med, rs, strict=True)]]
-        bars = ax.bar([j + (i - 1) * w for j in x], med, w, yerr=err, capsize=2, label=caption)
+        bars = ax.bar([j + (i - 1.5) * w for j in x], med, w, yerr=err, capsize=2, label=caption)
         ax.bar_label(bars, labels=[f"{m:.2f}" if s != "auto" else
                                    f"{m:.2f}\n{_choices(r['auto_choices'])}"
                                    for m, r in zip(med, rs, strict=True)], fontsize=7)
@@ -474,7 +505,7 @@ def _plot(c: Console, report: dict[str, Any], path: Path) -> None:
     ax.set_title(f"parts/devices on Spark + Delta: devices_parts {cfg['devices_parts']:,} rows, "
                  f"{cfg['phone_share']:.0%} phones, f={cfg['fanout']}", fontsize=10)
     ax.margins(y=0.25)  # room for the legend above the bars
-    ax.legend(fontsize=8, loc="upper center", ncol=3)
+    ax.legend(fontsize=8, loc="upper center", ncol=4)
     ax2.bar(x, [r["auto_vs_best"] for r in rs], 0.6,
             color=["tab:green" if r["auto_target_met"] else "tab:red" for r in rs])
     ax2.axhline(AUTO_SLACK, color="black", linestyle="--", linewidth=1,

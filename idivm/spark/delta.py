@@ -236,7 +236,7 @@ class DeltaStore:
         if src.num_rows == 0:
             return self.version(name)
         dt = self.table(name)
-        q = _quote
+        q = quote_column
         on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
         others = [k for k in columns if k not in key]
         posts = {q(k): f"s.{q(k + '__post')}" for k in others}
@@ -404,8 +404,8 @@ class DeltaStore:
         shutil.rmtree(self.root / STAGING / run, ignore_errors=True)
 
 
-def _quote(name: str) -> str:
-    """A column name as delta-rs's SQL predicates spell it."""
+def quote_column(name: str) -> str:
+    """A column name as Spark SQL and delta-rs's SQL predicates spell it."""
     return "`" + name.replace("`", "``") + "`"
 
 

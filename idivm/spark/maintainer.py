@@ -45,7 +45,15 @@ from idivm.refresh_cost import History, RefreshStrategy, decide
 from idivm.script import Apply, Compute, apply_run, query_sql, reads
 from idivm.spark import changes as cdf
 from idivm.spark import driver
-from idivm.spark.delta import STAGING, DeltaError, DeltaStore, add_actions, open_table, read_files
+from idivm.spark.delta import (
+    STAGING,
+    DeltaError,
+    DeltaStore,
+    add_actions,
+    open_table,
+    quote_column,
+    read_files,
+)
 from idivm.spark.session import embedded_session
 from idivm.spark.storage import ApplyOp
 
@@ -158,9 +166,8 @@ class SparkMaintainer:
 
     def _register_view(self, name: str, store: str, columns: Sequence[str]) -> None:
         """The view's temp view: its declared columns of the stored relation's files."""
-        from pyspark.sql import functions as F
-
-        self.store.read_raw(store).select(*[F.col(f"`{c}`") for c in columns]) \
+        # (one Py4J call for the projection: a refresh re-registers the view every time)
+        self.store.read_raw(store).selectExpr(*[quote_column(c) for c in columns]) \
             .createOrReplaceTempView(name)
 
     def _step(self, what: str) -> None:

@@ -226,6 +226,17 @@ def test_change_feed_validation(spark: Any, tmp_path: Path) -> None:
     assert "bad" not in m.registry()["views"]
 
 
+def _forty(spark: Any, m: Any) -> None:
+    """40 devices (4 in 5 phones), 40 parts, 3 parts per device."""
+    rows = [(f"D{i}", "phone" if i % 5 else "tablet") for i in range(40)]
+    m.load_table("devices", spark.createDataFrame(rows, "did string, category string"))
+    m.load_table("parts", spark.createDataFrame([(f"P{i}", i) for i in range(40)],
+                                                "pid string, price int"))
+    m.load_table("devices_parts", spark.createDataFrame(
+        [(f"D{i}", f"P{(i * 7 + j) % 40}") for i in range(40) for j in range(3)],
+        "did string, pid string"))
+
+
 def test_price_updates_rewrite_few_partitions(spark: Any, tmp_path: Path) -> None:
     """A price-only view is bucketed by pid: an update rewrites one bucket of the view, as one
     Delta commit that removes that bucket's file and adds its new one."""
@@ -234,13 +245,7 @@ def test_price_updates_rewrite_few_partitions(spark: Any, tmp_path: Path) -> Non
 
     m = SparkMaintainer(idivm.Catalog.from_ddl(PAPER_DDL), tmp_path / "wh", spark=spark,
                         buckets=8)
-    rows = [(f"D{i}", "phone" if i % 5 else "tablet") for i in range(40)]
-    m.load_table("devices", spark.createDataFrame(rows, "did string, category string"))
-    m.load_table("parts", spark.createDataFrame([(f"P{i}", i) for i in range(40)],
-                                                "pid string, price int"))
-    m.load_table("devices_parts", spark.createDataFrame(
-        [(f"D{i}", f"P{(i * 7 + j) % 40}") for i in range(40) for j in range(3)],
-        "did string, pid string"))
+    _forty(spark, m)
     m.create_view("v", V_SQL, changes={"parts": ["update:price"]}, strategy="id")
     before = {a["path"] for a in add_actions(open_table(m.view_location("v")))}
     for i, (old, new) in enumerate([(3, 33), (33, 34)]):
@@ -256,34 +261,54 @@ def test_price_updates_rewrite_few_partitions(spark: Any, tmp_path: Path) -> Non
     assert spark_schema(m.catalog.table("parts")) == "`pid` STRING, `price` INT"
 
 
-@pytest.mark.slow  # a deployment smoke test (the differential suites above are the oracle)
-def test_local_cluster_mode(tmp_path: Path) -> None:
-    """One differential run with separate executor JVMs (nothing relies on the driver)."""
+@pytest.mark.slow  # deployment tests, ~1-2 min each (the differential suites are the oracle)
+@pytest.mark.parametrize(("module", "ok"), [
+    # executors in separate JVMs (local-cluster): nothing relies on the driver's JVM
+    ("tests.spark.local_cluster", "local-cluster ok"),
+    # a standalone master and two workers on loopback (spark-class, shipped with pyspark): V
+    # and V' created, refreshed after two batches and verified under each engine through
+    # spark://127.0.0.1:PORT; the cluster is stopped afterwards
+    ("tests.spark.standalone", "standalone ok"),
+])
+def test_deployment(tmp_path: Path, module: str, ok: str) -> None:
     if shutil.which("java") is None and os.environ.get("CI") != "true":
         pytest.skip("Java is not installed")
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(root))
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.spark.local_cluster", str(tmp_path / "wh")],
-        cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, "-m", module, str(tmp_path / "wh")],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "local-cluster ok" in out.stdout
+    assert ok in out.stdout, out.stdout
+    if module.endswith("standalone"):
+        assert "executors 2" in out.stdout, out.stdout
 
 
-@pytest.mark.slow  # a deployment test: ~2 min on 2 cores (the differential suites are the oracle)
-def test_standalone_cluster(tmp_path: Path) -> None:
-    """A Spark standalone master and two workers on loopback (``spark-class``, shipped with
-    pyspark): V and V' created, refreshed after two batches and verified under each engine
-    through ``spark://127.0.0.1:PORT``; the cluster is stopped afterwards."""
-    if shutil.which("java") is None and os.environ.get("CI") != "true":
-        pytest.skip("Java is not installed")
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(root))
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.spark.standalone", str(tmp_path / "wh")],
-        cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "standalone ok" in out.stdout and "executors 2" in out.stdout, out.stdout
+def test_driver_snapshot_reads_only_touched_buckets(spark: Any, tmp_path: Path) -> None:
+    """On the driver, V′'s cache snapshot before the change reads the files of the buckets
+    the i-diffs name (the cache is bucketed by part): one price update, one of 8 buckets,
+    whatever the cache's size."""
+    from idivm.spark import SparkMaintainer
+
+    m = SparkMaintainer(idivm.Catalog.from_ddl(PAPER_DDL), tmp_path / "wh", spark=spark,
+                        buckets=8, engine="driver")
+    _forty(spark, m)
+    m.create_view("vp", V_PRIME_SQL, strategy="id")
+    cache = next(r.name for r in m.plan_of("vp").materialized if "cache" in r.name)
+    for old, new in [(3, 33), (33, 34)]:
+        m.apply_changes("parts", spark.createDataFrame(
+            [("P3", old, "update_preimage"), ("P3", new, "update_postimage")],
+            "pid string, price int, _change_type string"))
+        stats = m.maintain("vp")
+        assert stats.decision["engine"] == "driver"
+        assert stats.partitions_read == {cache: (1, 8)}
+        assert stats.partitions_rewritten[cache] == (1, 8)
+        assert _equal(m, "vp")
+    m.apply_changes("devices", spark.createDataFrame(  # a category flip names devices: the
+        [("D1", "phone", "update_preimage"), ("D1", "tablet", "update_postimage")],  # cache
+        "did string, category string, _change_type string"))  # is read whole
+    stats = m.maintain("vp")
+    assert cache not in stats.partitions_read
+    assert _equal(m, "vp")
 
 
 def test_undeclared_changes_are_refused(spark: Any, tmp_path: Path) -> None:

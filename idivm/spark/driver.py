@@ -38,6 +38,7 @@ from sqlglot import exp
 from idivm.catalog import Catalog, Table
 from idivm.plan import Plan
 from idivm.planner.model import change_table
+from idivm.planner.prune import prune_empty
 from idivm.planner.ruleapi import c, select, t
 from idivm.script import Apply, Compute, adapt, apply_run, reads
 from idivm.spark import changes as cdf
@@ -140,6 +141,10 @@ class DriverRefresh:
         self.upto = upto
         self.step = step
         self._stored: dict[str, Any] = {}  # stored relation: its DeltaTable (as of now)
+        # stored relations registered as their files before this refresh (not yet replaced
+        # by a staged post-state): a snapshot of one may read just some of those files
+        self.stored_names: set[str] = set()
+        self.partitions_read: dict[str, tuple[int, int]] = {}  # (buckets read, in all)
         self.con = duckdb.connect()
         self._held: list[Any] = []  # Arrow tables registered in DuckDB (kept alive)
         self.con.execute("SET threads = 2")
@@ -187,6 +192,7 @@ class DriverRefresh:
         body = (f"SELECT {cols} FROM {_files_sql(self.store.path(name), files, False)}"
                 if files else self._empty_of(dt))
         self._view(name, body)
+        self.stored_names.add(name)
 
     def register_changes(self, p: Plan, feeds: Mapping[str, Any]) -> dict[str, int]:
         """Each base table's folded change table; returns rows per change table."""
@@ -222,10 +228,54 @@ class DriverRefresh:
             self.texts[key] = duckdb_sql(query())
         return self.texts[key]
 
-    def compute(self, s: Compute) -> int:
+    def compute(self, s: Compute, known: Mapping[str, int] | None = None) -> int:
+        """Run one statement into a temporary table; returns its rows. A snapshot of a stored
+        relation is read from the files of the buckets its i-diffs can touch (``_restrict``)."""
+        text = self._restricted_snapshot(s, known or {}) if s.phase == "snapshot" else None
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(s.name)} AS "
-                         f"{self._text(s.name, lambda: s.query)}")
+                         f"{text or self._text(s.name, lambda: s.query)}")
         return self.count(s.name)
+
+    def _restricted_snapshot(self, s: Compute, known: Mapping[str, int]) -> str | None:
+        """The text of a snapshot ``SELECT … FROM R AS x WHERE EXISTS (… d …) OR …`` over a
+        stored relation R reading only the files of the buckets its non-empty i-diffs name:
+        when each EXISTS equates R's bucket column with a column of its i-diff, a row outside
+        those buckets satisfies none of them. None when the query has another shape (then it
+        reads R whole)."""
+        q = prune_empty(s.query, frozenset(n for n, k in known.items() if k == 0))
+        src = q.args.get("from_") if isinstance(q, exp.Select) else None
+        where = q.args.get("where") if isinstance(q, exp.Select) else None
+        if src is None or where is None or q.args.get("joins") or \
+                not isinstance(src.this, exp.Table) or src.this.name not in self.stored_names:
+            return None
+        rel, alias = src.this.name, src.this.alias_or_name
+        dt = self.stored(rel)
+        layout = self.store.layout(rel, dt)
+        col, n = layout.get("bucket_col"), int(layout.get("buckets") or 1)
+        if col is None or n <= 1:
+            return None
+        probes = _bucket_probes(where.this, alias, col)
+        if probes is None:
+            return None
+        hash_type = _arrow_type(dt, col)
+        hit: set[int] = set()
+        for diff, other in probes:
+            vals = self.con.execute(f"SELECT DISTINCT {_ident(other)} FROM {_ident(diff)}"
+                                    ).fetch_arrow_table().column(0).combine_chunks()
+            got = buckets(vals.cast(hash_type), n)
+            if got is None:
+                return None
+            hit.update(got)
+        files = [f["path"] for f in add_actions(dt) if _bucket_value(f) in hit]
+        self.partitions_read[rel] = (len(hit), n)
+        part = f"__idivm_part_{rel}"
+        cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
+        self._view(part, f"SELECT {cols} FROM {_files_sql(self.store.path(rel), files, False)}"
+                   if files else f"SELECT * FROM {_ident(rel)} WHERE false")
+        src.this.set("this", exp.to_identifier(part, quoted=True))
+        if not src.this.alias:
+            src.this.set("alias", exp.TableAlias(this=exp.to_identifier(rel, quoted=True)))
+        return duckdb_sql(q)
 
     def stage(self, run: str, target: str, applies: Sequence[Apply], later_reads: bool
               ) -> tuple[list[int], int, list[int]]:
@@ -292,6 +342,7 @@ class DriverRefresh:
 
     def _register_stored_post(self, target: str, files: Sequence[Mapping[str, Any]],
                               touched: set[int], staged: Sequence[str]) -> None:
+        self.stored_names.discard(target)
         kept = [f["path"] for f in files if _bucket_value(f) not in touched]
         dt = self.stored(target)
         cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
@@ -306,6 +357,38 @@ class DriverRefresh:
         """An Arrow table as a DuckDB relation named ``name`` (kept alive until close)."""
         self._held.append(table)
         self.con.register(name, table)
+
+
+def _bucket_probes(cond: exp.Expr, alias: str, col: str) -> list[tuple[str, str]] | None:
+    """For a condition that is an OR of ``EXISTS (SELECT … FROM d AS z WHERE … AND
+    alias.col = z.other AND …)``: each (d, other); None for any other shape."""
+    if isinstance(cond, exp.Paren):
+        return _bucket_probes(cond.this, alias, col)
+    if isinstance(cond, exp.Or):
+        left, right = (_bucket_probes(cond.left, alias, col),
+                       _bucket_probes(cond.right, alias, col))
+        return None if left is None or right is None else left + right
+    if not isinstance(cond, exp.Exists) or not isinstance(cond.this, exp.Select):
+        return None
+    sub = cond.this
+    src, w = sub.args.get("from_"), sub.args.get("where")
+    if src is None or w is None or sub.args.get("joins") or not isinstance(src.this, exp.Table):
+        return None
+    inner = src.this.alias_or_name
+    for part in w.this.flatten() if isinstance(w.this, exp.And) else [w.this]:
+        if isinstance(part, exp.EQ):
+            a, b = part.this, part.expression
+            for x, y in ((a, b), (b, a)):
+                if isinstance(x, exp.Column) and isinstance(y, exp.Column) and \
+                        x.table == alias and x.name == col and y.table == inner:
+                    return [(src.this.name, y.name)]
+    return None
+
+
+def _arrow_type(dt: Any, col: str) -> Any:
+    import pyarrow as pa
+
+    return pa.schema(dt.schema().to_arrow()).field(col).type
 
 
 def _as_log(src: str, table: Table) -> exp.Select:
@@ -351,7 +434,8 @@ def run_script(d: DriverRefresh, p: Plan, run: str, feeds: Mapping[str, Any],
         if isinstance(s, Compute):
             d.step(s.name)
             t0 = time.perf_counter()
-            known[s.name] = d.compute(s)
+            known[s.name] = d.compute(s, known)
+            stats.partitions_read.update(d.partitions_read)
             if s.phase != "instance":
                 stats.idiff_rows[s.name] = known[s.name]
                 stats.statements.append((s.name, time.perf_counter() - t0))

@@ -79,6 +79,8 @@ class SparkMaintenanceStats:
     changes: dict[str, int] = field(default_factory=dict)
     idiff_rows: dict[str, int] = field(default_factory=dict)
     partitions_rewritten: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # a stored relation's snapshot read by the driver engine: (buckets read, buckets in all)
+    partitions_read: dict[str, tuple[int, int]] = field(default_factory=dict)
     statements: list[tuple[str, float]] = field(default_factory=list)
     versions: dict[str, list[int]] = field(default_factory=dict)  # base table: [since, upto]
     committed: dict[str, int] = field(default_factory=dict)  # stored relation: Delta version
@@ -90,6 +92,7 @@ class SparkMaintenanceStats:
         return {"view": self.view, "changes": self.changes, "idiff_rows": self.idiff_rows,
                 "partitions_rewritten": {k: list(v) for k, v in
                                          self.partitions_rewritten.items()},
+                "partitions_read": {k: list(v) for k, v in self.partitions_read.items()},
                 "statements": self.statements, "versions": self.versions,
                 "committed": self.committed, "decision": self.decision,
                 "recovered": self.recovered, "seconds": self.seconds}

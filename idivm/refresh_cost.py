@@ -95,6 +95,32 @@ def maintain_model(samples: Sequence[tuple[int, float] | tuple[int, float, str]]
     return fixed, per
 
 
+def choose_engine(changes: int, history: History, threshold: int, ceiling: int
+                  ) -> tuple[str, str]:
+    """Where a maintenance of ``changes`` change-feed rows runs, ``driver`` or ``spark``, and
+    why: the engine estimated cheaper once both have been measured on batches large enough to
+    trust their per-change rates (``maintain_model``: ≥ 1,000 changes and ≥ a quarter of
+    this batch); until then the driver up to ``threshold`` changes; never above ``ceiling``
+    (the driver holds the i-diffs in its memory)."""
+    if changes > ceiling:
+        return "spark", f"{changes:,} changes > {ceiling:,}: too many for the driver's memory"
+    floor = max(1000, changes // 4)
+    if all(any(x[2] == e and x[0] >= floor for x in history.maintain)
+           for e in ("driver", "spark")):
+        est = {}
+        for e in ("driver", "spark"):
+            fixed, per = maintain_model(history.maintain, changes, e)
+            est[e] = fixed + per * changes
+        best = min(est, key=lambda e: est[e])
+        return best, (f"{changes:,} changes: driver ≈ {est['driver']:.2f} s vs Spark ≈ "
+                      f"{est['spark']:.2f} s (each learned from this view's refreshes)")
+    if changes > threshold:
+        return "spark", (f"{changes:,} changes > {threshold:,}: large enough for Spark's "
+                         "executors (not yet measured on both engines at this size)")
+    return "driver", (f"{changes:,} changes ≤ {threshold:,}: DuckDB on the driver (no Spark "
+                      "job)")
+
+
 def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
            history: History, engine: str = "spark") -> Decision:
     """The refresh to run for ``changes`` change-feed rows over tables of ``base_rows`` rows,

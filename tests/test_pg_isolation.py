@@ -16,7 +16,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -27,6 +26,11 @@ import idivm
 from idivm.errors import BackendError
 from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
 from idivm.postgres import MaintenanceStats, PostgresMaintainer
+
+try:
+    from tests.differential.pg_env import Env as BaseEnv
+except ImportError:  # pragma: no cover - run from inside tests/
+    from differential.pg_env import Env as BaseEnv  # type: ignore[no-redef]
 
 Conn = psycopg.Connection[Any]
 Rows = Counter[tuple[Any, ...]]
@@ -48,39 +52,9 @@ WAIT = 15.0  # seconds: upper bound of every poll and join
 # --------------------------------------------------------------------------- helpers
 
 
-@dataclass
-class Env:
+class Env(BaseEnv):
     """A schema with the paper's tables and data, and every connection a test opens (all
     closed at teardown, before the schema is dropped)."""
-
-    dsn: str
-    schema: str
-    stack: ExitStack
-    views: dict[str, str] = field(default_factory=dict)  # name -> SQL, compared by check()
-
-    @property
-    def companion(self) -> str:
-        return f"{self.schema}__idivm"
-
-    def conn(self, autocommit: bool = True, lock_timeout: str = "10s",
-             replica: bool = False) -> Conn:
-        c = psycopg.connect(self.dsn, autocommit=autocommit, connect_timeout=10)
-        self.stack.callback(c.close)
-        c.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(self.schema)))
-        c.execute("SET statement_timeout = '30s'")
-        c.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(lock_timeout)))
-        if replica:
-            c.execute("SET session_replication_role = replica")
-        if not autocommit:
-            c.commit()
-        return c
-
-    def maintainer(self, lock_timeout: str = "20s") -> PostgresMaintainer:
-        m = PostgresMaintainer(self.dsn, self.schema)
-        self.stack.callback(m.close)
-        m.conn.execute("SET statement_timeout = '30s'")
-        m.conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(lock_timeout)))
-        return m
 
     def create(self, m: PostgresMaintainer, name: str, view_sql: str, reflect: bool = False,
                **kw: Any) -> None:
@@ -88,11 +62,7 @@ class Env:
         catalog."""
         if not reflect:
             kw.setdefault("catalog", PAPER_CATALOG)
-        m.create_view(name, view_sql, **kw)
-        self.views[name] = view_sql
-
-    def store(self, view: str) -> sql.Identifier:
-        return sql.Identifier(self.companion, f"{view}__store")
+        super().create(m, name, view_sql, **kw)
 
 
 @pytest.fixture

@@ -27,8 +27,10 @@ from idivm.postgres.compile import lock_relation
 
 try:
     from tests.differential.harness import normalize_rows
+    from tests.differential.pg_env import Env as BaseEnv
 except ImportError:  # pragma: no cover - run from inside tests/
     from differential.harness import normalize_rows  # type: ignore[no-redef]
+    from differential.pg_env import Env as BaseEnv  # type: ignore[no-redef]
 
 Conn = psycopg.Connection[Any]
 WAIT = 15.0
@@ -37,37 +39,8 @@ WAIT = 15.0
 # --------------------------------------------------------------------------- helpers
 
 
-class Env:
+class Env(BaseEnv):
     """One schema (any name) in the test database; its connections closed at teardown."""
-
-    def __init__(self, dsn: str, schema: str, stack: ExitStack) -> None:
-        self.dsn, self.schema, self.stack = dsn, schema, stack
-        self.views: dict[str, str] = {}
-
-    @property
-    def companion(self) -> str:
-        return f"{self.schema}__idivm"
-
-    def conn(self, autocommit: bool = True) -> Conn:
-        c = psycopg.connect(self.dsn, autocommit=autocommit, connect_timeout=10)
-        self.stack.callback(c.close)
-        c.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(self.schema)))
-        c.execute("SET statement_timeout = '30s'")
-        c.execute("SET lock_timeout = '10s'")
-        if not autocommit:
-            c.commit()
-        return c
-
-    def maintainer(self, lock_timeout: str = "20s") -> PostgresMaintainer:
-        m = PostgresMaintainer(self.dsn, self.schema)
-        self.stack.callback(m.close)
-        m.conn.execute("SET statement_timeout = '30s'")
-        m.conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(lock_timeout)))
-        return m
-
-    def create(self, m: PostgresMaintainer, name: str, view_sql: str, **kw: Any) -> None:
-        m.create_view(name, view_sql, **kw)
-        self.views[name] = view_sql
 
     def check(self, text_columns: bool = False) -> None:
         """Each view equals its recomputation (one snapshot for both); ``text_columns``:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from idivm.refresh_cost import DEFAULT_PER_CHANGE, History, decide, maintain_model
+from idivm.refresh_cost import (
+    DEFAULT_PER_CHANGE,
+    History,
+    choose_engine,
+    decide,
+    maintain_model,
+)
 
 
 def test_forced_strategies_ignore_estimates() -> None:
@@ -58,3 +64,23 @@ def test_model_is_per_engine_and_does_not_extrapolate_small_batches() -> None:
     assert per == (0.47 - 0.31) / 1198  # batches of its size do teach the rate
     assert maintain_model(h.maintain, 11_655, "driver")[1] == 3e-5  # the driver's default
     assert History.from_dict({"maintain": [[10, 1.0]]}).maintain == ((10, 1.0, "spark"),)
+
+
+def test_engine_is_chosen_by_the_model_once_both_are_measured() -> None:
+    """Small batches go to the driver until both engines have refreshed this view at a
+    comparable size; then the cheaper estimate wins, either way; never the driver above the
+    ceiling."""
+    empty = History()
+    assert choose_engine(500, empty, 20_000, 1_000_000)[0] == "driver"
+    assert choose_engine(50_000, empty, 20_000, 1_000_000)[0] == "spark"
+    slow_driver = empty.with_maintain(40_000, 9.0, "driver").with_maintain(300, 0.3, "driver") \
+        .with_maintain(40_000, 2.0, "spark").with_maintain(300, 1.0, "spark")
+    engine, why = choose_engine(15_000, slow_driver, 20_000, 1_000_000)
+    assert engine == "spark" and "driver ≈" in why  # under the threshold, measured slower
+    fast_driver = empty.with_maintain(40_000, 0.9, "driver").with_maintain(300, 0.3, "driver") \
+        .with_maintain(40_000, 4.0, "spark").with_maintain(300, 1.0, "spark")
+    assert choose_engine(60_000, fast_driver, 20_000, 1_000_000)[0] == "driver"  # above it
+    assert choose_engine(2_000_000, fast_driver, 20_000, 1_000_000)[0] == "spark"
+    # measured on both, but only on batches far smaller than this one: the threshold decides
+    small = empty.with_maintain(300, 0.3, "driver").with_maintain(300, 1.0, "spark")
+    assert choose_engine(60_000, small, 20_000, 1_000_000)[0] == "spark"

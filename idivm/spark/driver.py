@@ -50,6 +50,8 @@ from idivm.spark.storage import ApplyOp, apply_sql, on_ids
 # DuckDB runs a statement over thousands of rows in milliseconds, where a Spark job costs
 # 0.1–1 s; above it the i-diffs are large enough for Spark's executors to pay off.
 DRIVER_MAX_CHANGES = 20_000
+# ... and never more than this many, whatever the estimates say (the i-diffs are in memory)
+DRIVER_CEILING = 1_000_000
 
 
 def duckdb_sql(query: exp.Expr) -> str:
@@ -451,10 +453,8 @@ def run_script(d: DriverRefresh, p: Plan, run: str, feeds: Mapping[str, Any],
         t0 = time.perf_counter()
         later = any(target in reads(st) for st in statements[i:])
         touched, total, rows = d.stage(run, target, group, later)
-        stats.partitions_rewritten[target] = (len(touched), total)
-        for a, n in zip(group, rows, strict=True):
-            k = f"{a.kind} → {target}"
-            stats.idiff_rows[k] = stats.idiff_rows.get(k, 0) + n
         staged.append(target)
-        stats.statements.append((f"stage {target}", time.perf_counter() - t0))
+        stats.record_stage(target, len(touched), total,
+                           zip((a.kind for a in group), rows, strict=True),
+                           time.perf_counter() - t0)
     return staged

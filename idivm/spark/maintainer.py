@@ -29,7 +29,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +41,7 @@ from idivm.errors import BackendError, IdivmError
 from idivm.plan import Plan, plan
 from idivm.planner.model import Strategy, change_table
 from idivm.planner.prune import prune_empty
-from idivm.refresh_cost import History, RefreshStrategy, decide
+from idivm.refresh_cost import History, RefreshStrategy, choose_engine, decide
 from idivm.script import Apply, Compute, apply_run, query_sql, reads
 from idivm.spark import changes as cdf
 from idivm.spark import driver
@@ -87,6 +87,16 @@ class SparkMaintenanceStats:
     decision: dict[str, Any] = field(default_factory=dict)  # what ran, and why
     recovered: bool = False
     seconds: float = 0.0
+
+    def record_stage(self, target: str, touched: int, total: int,
+                     rows: Iterable[tuple[str, int]], seconds: float) -> None:
+        """What staging a target's APPLYs did (either engine): buckets rewritten of all, rows
+        each kind of APPLY named, time."""
+        self.partitions_rewritten[target] = (touched, total)
+        for kind, n in rows:
+            self.idiff_rows[f"{kind} → {target}"] = \
+                self.idiff_rows.get(f"{kind} → {target}", 0) + n
+        self.statements.append((f"stage {target}", seconds))
 
     def as_dict(self) -> dict[str, Any]:
         return {"view": self.view, "changes": self.changes, "idiff_rows": self.idiff_rows,
@@ -429,7 +439,7 @@ class SparkMaintainer:
             n = sum(0 if a is None else int(a.num_rows) for a in arrows.values())
             # where a maintenance would run: the estimate is that engine's
             engine, why = ("spark", "a recomputation runs on Spark") if asked == "recompute" \
-                else self._engine_for(p, n)
+                else self._engine_for(p, n, history)
             decision = decide(asked, n, self._base_rows(p, upto)
                               if asked == "auto" else None, history, engine)
             stats.decision = decision.as_dict()
@@ -482,8 +492,9 @@ class SparkMaintainer:
                                  "changes": changes}
         self._save(reg)
 
-    def _engine_for(self, p: Plan, changes: int) -> tuple[Engine, str]:
-        """Where the Δ-script runs: on the driver (DuckDB) for small batches, else Spark."""
+    def _engine_for(self, p: Plan, changes: int, history: History) -> tuple[Engine, str]:
+        """Where the Δ-script runs: on the driver (DuckDB) or Spark, as ``choose_engine``
+        estimates from this view's refreshes (small batches on the driver until measured)."""
         if self.engine == "spark":
             return "spark", "engine='spark'"
         if p.name not in self._driver_ok:
@@ -497,11 +508,9 @@ class SparkMaintainer:
             return "driver", "engine='driver'"
         if not ok.ok:
             return "spark", ok.reason
-        if changes > driver.DRIVER_MAX_CHANGES:
-            return "spark", (f"{changes:,} changes > {driver.DRIVER_MAX_CHANGES:,}: large "
-                             "enough for Spark's executors")
-        return "driver", (f"{changes:,} changes ≤ {driver.DRIVER_MAX_CHANGES:,}: DuckDB on "
-                          "the driver (no Spark job)")
+        engine, why = choose_engine(changes, history, driver.DRIVER_MAX_CHANGES,
+                                    driver.DRIVER_CEILING)
+        return ("driver" if engine == "driver" else "spark"), why
 
     def _stage_on_driver(self, p: Plan, run: str, feeds: Mapping[str, Any],
                          upto: Mapping[str, int], stats: SparkMaintenanceStats) -> list[str]:
@@ -603,14 +612,12 @@ class SparkMaintainer:
             self._step(f"stage {target}")
             t0 = time.perf_counter()
             res = self.store.stage(run, target, ops)
-            stats.partitions_rewritten[target] = (len(res.touched), res.total)
-            for op, n in zip(ops, res.rows, strict=True):
-                stats.idiff_rows[f"{op.kind} → {target}"] = \
-                    stats.idiff_rows.get(f"{op.kind} → {target}", 0) + n
             if any(target in reads(st) for st in statements[i:]):
                 res.post_state.createOrReplaceTempView(target)  # later statements read it
             staged.append(target)
-            stats.statements.append((f"stage {target}", time.perf_counter() - t0))
+            stats.record_stage(target, len(res.touched), res.total,
+                               zip((op.kind for op in ops), res.rows, strict=True),
+                               time.perf_counter() - t0)
         return staged
 
     def _ensure_empty(self, p: Plan, computes: Mapping[str, Compute], name: str,

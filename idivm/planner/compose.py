@@ -78,11 +78,18 @@ def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
         while p is not None and isinstance(p, A.Project):
             path.append(p)
             p = parents.get(p.nid)
+        mapping: dict[str, str] | None = None
         if n is root or (p is None and path):
             mapping = {k: k for k in n.columns}
             for proj in path:
                 through = proj.passthrough()
+                if not all(v in through for v in mapping.values()):
+                    # a γ column the projections above drop (fuzz seed 10915: the outer
+                    # query reads one of two equal AVGs): the view cannot hold γ's output
+                    mapping = None
+                    break
                 mapping = {k: through[v] for k, v in mapping.items()}
+        if mapping is not None:
             via_root[n.nid] = mapping
         else:
             chosen[n.nid] = "cache: output of γ"

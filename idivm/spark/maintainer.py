@@ -581,9 +581,13 @@ class SparkMaintainer:
             s = statements[i]
             if isinstance(s, Compute):
                 srcs = reads(s)
-                inputs = [r for r in srcs if r in known]
-                if known.get(s.name) == 0 or inputs and all(known[r] == 0 for r in inputs):
-                    known[s.name] = 0  # counted empty, or only empty i-diffs in: not run
+                # skipped when counted empty, or when every i-diff it reads is known empty; a
+                # statement that ran without being counted may hold rows (fuzz seeds 30067,
+                # 30070: γ's per-group deltas read the cache's replayed Input_post snapshot,
+                # which is not counted, and its empty Input_pre snapshot: it was skipped)
+                inputs = [r for r in srcs if r in known or r in computes]
+                if known.get(s.name) == 0 or inputs and all(known.get(r) == 0 for r in inputs):
+                    known[s.name] = 0
                     i += 1
                     continue
                 self._step(s.name)

@@ -37,7 +37,12 @@ def test_tiny_run_verifies_every_batch(pg_dsn: str, tmp_path: Path) -> None:
                                                  "limit"))
     assert len(result["summary"]) == 2 * len(pg_bench.BATCHES)
     assert {t["met"] for t in result["targets"]} <= {True, False, None}
-    assert len(result["targets"]) == 7
+    assert len(result["targets"]) == 9
+    size = result["sizes"][0]
+    if size["pg_ivm"] == "measured":  # pg_ivm is installed on this server: its IMMVs verified
+        assert all(v["pg_ivm_s"] > 0 for r in rounds for v in r["views"].values())
+    else:
+        assert size["pg_ivm"].startswith("pg_ivm is not installed"), size["pg_ivm"]
     writer = result["sizes"][0]["writer"]
     assert writer["runs"] and writer["wait_ms"]["median"] > 0
     saved = json.loads((tmp_path / "pg_bench.json").read_text())

@@ -24,8 +24,17 @@ rotated each round:
   copy's. For V a price change is one ``UPDATE … FROM … WHERE copy.pid = d.pid``, for V′ an
   ``UPDATE`` of the affected phones' cost.
 
-After each round every idivm view, the materialized views and the copies are compared with the
-view query recomputed in their schema (``EXCEPT ALL`` both ways); a difference aborts the run.
+- ``pg_ivm`` (when the pg_ivm extension is installed on the server: ``LOAD 'pg_ivm'`` works):
+  the same batch on a schema of its own per view (``<prefix>_<links>_c_<view>``: a plain copy
+  of the base tables and an IMMV of the view, ``pgivm.create_immv``), timed whole — pg_ivm
+  maintains the view in the statements' AFTER triggers, so its column is the update plus the
+  maintenance, to compare with idivm's update on A plus ``id`` maintain
+  (``(update+id)/pg_ivm``). idivm neither ships nor builds pg_ivm; without it the column is
+  left out and said so.
+
+After each round every idivm view, the materialized views, the copies and the IMMVs are compared
+with the view query recomputed in their schema (``EXCEPT ALL`` both ways); a difference aborts
+the run.
 
 Batches: ``1`` one price update; ``200`` / ``20000`` that many price updates in one UPDATE;
 ``200x1`` 200 single-row UPDATE statements in one transaction (sent pipelined by psycopg's
@@ -80,7 +89,7 @@ DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_LINKS = (500_000, 2_000_000)
 BATCHES = ("1", "200", "20000", "200x1", "mixed")
 STRATEGIES: tuple[Strategy, ...] = ("id", "tuple", "recompute")
-COLUMNS = ("id", "tuple", "recompute", "refresh", "limit")
+COLUMNS = ("id", "tuple", "recompute", "refresh", "limit", "pg_ivm")
 MIXED = {"insert": 300, "delete": 300, "price": 300, "flip": 100}
 WRITER_BATCH = 20_000
 WRITER_DELAY = 0.010
@@ -109,6 +118,10 @@ class ViewDef:
     @property
     def copy(self) -> str:
         return f"lim_{self.name}"
+
+    @property
+    def immv(self) -> str:
+        return f"ivm_{self.name}"
 
 
 VIEWS = (ViewDef("V", "v", V_SQL, ("did", "pid", "price")),
@@ -284,6 +297,10 @@ class Size:
     def companion(self) -> str:
         return f"{self.schema_a}__idivm"
 
+    def schema_c(self, view: ViewDef) -> str:
+        """The schema of ``view``'s pg_ivm IMMV and its own copy of the base tables."""
+        return f"{self.schema_b.removesuffix('_b')}_c_{view.name}"
+
 
 def build_batch(key: str, size: Size, cb: Conn) -> Batch:
     """The next batch ``key`` (untimed); link choices are checked against B's current links."""
@@ -400,8 +417,10 @@ class SizeRun:
         self.size, self.dsn, self.progress = size, dsn, progress
         self.ca: Conn | None = None
         self.cb: Conn | None = None
+        self.cc: dict[str, Conn] = {}  # per view: its pg_ivm schema's connection
         self.m: PostgresMaintainer | None = None
         self.setup: dict[str, float | int] = {}
+        self.pg_ivm = ""  # why pg_ivm is not measured ("" when it is)
 
     # connections, set up in ``prepare``
     @property
@@ -420,22 +439,25 @@ class SizeRun:
         return self.m
 
     def close(self) -> None:
-        for c in (self.ca, self.cb):
+        for c in (self.ca, self.cb, *self.cc.values()):
             if c is not None:
                 c.close()
         if self.m is not None:
             self.m.close()
         self.ca = self.cb = self.m = None
+        self.cc = {}
 
     def drop(self) -> None:
         self.close()
         s = self.size
-        drop_schemas(self.dsn, s.schema_a, s.companion, s.schema_b)
+        drop_schemas(self.dsn, s.schema_a, s.companion, s.schema_b,
+                     *(s.schema_c(v) for v in VIEWS))
 
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
         s, p = self.size, self.progress
-        drop_schemas(self.dsn, s.schema_a, s.companion, s.schema_b)
+        drop_schemas(self.dsn, s.schema_a, s.companion, s.schema_b,
+                     *(s.schema_c(v) for v in VIEWS))
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             for schema in (s.schema_a, s.schema_b):
                 conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
@@ -486,6 +508,39 @@ class SizeRun:
         for n in names:
             self.a.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, n)))
 
+    def prepare_pg_ivm(self) -> None:
+        """Per view, a schema with a copy of the base tables and the view as a pg_ivm IMMV;
+        when pg_ivm cannot be loaded, say why (``self.pg_ivm``) and measure without it."""
+        s = self.size
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+                conn.execute("LOAD 'pg_ivm'")
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_ivm")
+        except psycopg.Error as e:
+            self.pg_ivm = f"pg_ivm is not installed on the server ({str(e).strip()})"
+            return
+        for v in VIEWS:
+            schema = s.schema_c(v)
+            with step(self.progress, f"{s.links:,} links: pg_ivm: copy the base tables and "
+                      f"create the IMMV of {v.label}"):
+                t0 = time.perf_counter()
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+                c = self.cc[v.name] = _connect(self.dsn, schema)
+                c.execute("LOAD 'pg_ivm'")
+                with c.transaction():
+                    for q in CREATE_TABLES:
+                        c.execute(q)
+                    for t in TABLES:
+                        c.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(
+                            sql.Identifier(schema, t), sql.Identifier(s.schema_b, t)))
+                    for q in ADD_CONSTRAINTS:
+                        c.execute(q)
+                    c.execute("SELECT pgivm.create_immv(%s, %s)", (v.immv, v.sql))
+                c.execute(sql.SQL("ANALYZE devices, parts, devices_parts, {}").format(
+                    sql.Identifier(v.immv)))
+                self.setup[f"create pg_ivm {v.label} s"] = time.perf_counter() - t0
+
     def prepare_b_views(self) -> None:
         """B's materialized views and the plain copies of the views' rows."""
         s = self.size
@@ -520,6 +575,8 @@ class SizeRun:
                 rb = _check(self.b, v, [v.matview, v.copy])
                 out[v.label]["rows B"] = rb["rows"]
                 out[v.label]["diff"].update(rb["diff"])
+                if v.name in self.cc:
+                    out[v.label]["diff"].update(_check(self.cc[v.name], v, [v.immv])["diff"])
             bad += [f"{v.label}: {t} ({n} rows differ)" for t, n in out[v.label]["diff"].items()
                     if n]
         if bad:
@@ -566,7 +623,8 @@ class SizeRun:
         s = self.size
         batch = build_batch(key, s, self.b)
         shift = rep + BATCHES.index(key)  # each batch's order moves on by one each round
-        order = list(COLUMNS[shift % len(COLUMNS):] + COLUMNS[:shift % len(COLUMNS)])
+        cols = COLUMNS if self.cc else COLUMNS[:-1]
+        order = list(cols[shift % len(cols):] + cols[:shift % len(cols)])
         views = VIEWS if shift % 2 == 0 else VIEWS[::-1]
         rec: dict[str, Any] = {"links": s.links, "batch": key, "caption": batch.caption,
                                "round": rep + 1, "changes": batch.changes, "order": order,
@@ -588,6 +646,8 @@ class SizeRun:
                 elif col == "refresh":
                     r["refresh_s"] = _timed(self.b, sql.SQL("REFRESH MATERIALIZED VIEW {}")
                                             .format(sql.Identifier(v.matview)))
+                elif col == "pg_ivm":  # the batch itself, its IMMV maintained in its triggers
+                    r["pg_ivm_s"] = apply_batch(self.cc[v.name], batch)
                 else:
                     r["apply_s"], r["apply_rows"] = self._limit_apply(v, batch)
                     r["limit_s"] = rec["update_b_s"] + r["apply_s"]
@@ -744,8 +804,7 @@ def run(links: Sequence[int] = DEFAULT_LINKS, *, repeat: int = 5,
     c.print(f"wrote {path / 'pg_bench.json'}")
     plot(c, result, path / "pg_bench.png")
     if keep:
-        c.print("kept schemas " + ", ".join(f"{s.schema_a}, {s.companion}, {s.schema_b}"
-                                            for s in sizes))
+        c.print("kept schemas " + ", ".join(", ".join(s["schemas"]) for s in result["sizes"]))
     return result
 
 
@@ -756,6 +815,7 @@ def _run_size(size: Size, dsn: str, progress: Progress, batches: Sequence[str], 
         sr.prepare()
         floor = sr.floor(floor_calls)
         sr.prepare_b_views()
+        sr.prepare_pg_ivm()
         sr.verify("after setup")
         task = progress.add_task(f"{size.links:,} links: batches", total=repeat * len(batches))
         rounds = []
@@ -770,7 +830,9 @@ def _run_size(size: Size, dsn: str, progress: Progress, batches: Sequence[str], 
         with step(progress, f"{size.links:,} links: writer wait, {repeat} run(s)"):
             writer = sr.writer_wait(repeat)
         return {"links": size.links, "devices": size.devices, "parts": size.parts,
-                "schemas": [size.schema_a, size.companion, size.schema_b],
+                "schemas": [size.schema_a, size.companion, size.schema_b,
+                            *(size.schema_c(v) for v in VIEWS if v.name in sr.cc)],
+                "pg_ivm": sr.pg_ivm or "measured",
                 "setup": sr.setup, "floor": floor, "writer": writer, "rounds": rounds}
     finally:
         if keep:
@@ -796,10 +858,13 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                                "update_b": _stats([r["update_b_s"] for r in rs]),
                                "id_with_update": _stats([r["update_a_s"] + v["id_s"]
                                                          for r, v in zip(rs, vs, strict=True)])}
-        for col in (*STRATEGIES, "refresh", "limit", "apply"):
-            row[col] = _stats([v[f"{col}_s"] for v in vs])
-        med = {k: row[k]["median"] for k in (*COLUMNS, "apply", "id_with_update")}
+        for col in (*STRATEGIES, "refresh", "limit", "apply", "pg_ivm"):
+            if all(f"{col}_s" in v for v in vs):
+                row[col] = _stats([v[f"{col}_s"] for v in vs])
+        med = {k: row[k]["median"] for k in (*COLUMNS, "apply", "id_with_update") if k in row}
         row["id_over_limit"] = med["id_with_update"] / med["limit"]
+        row["id_over_pg_ivm"] = med["id_with_update"] / med["pg_ivm"] if "pg_ivm" in med \
+            else None
         row["maintain_over_apply"] = med["id"] / med["apply"] if med["apply"] else None
         row["tuple_over_id"] = med["tuple"] / med["id"]
         row["verified"] = all(r["verified"] for r in rs)
@@ -853,6 +918,13 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{v} {b} {x:.2f}×" for x, v, b in ratios) if worst_r else "")
     else:
         add("same batch at the larger size ≤ 1.3× the smaller (id)", None, 1.3, "")
+    for view in ("V'", "V"):
+        r = _row(result, big, view, "200")
+        x = r["id_over_pg_ivm"] if r else None
+        add(f"{view}, 200 price updates: update + id maintain faster than pg_ivm's update with "
+            f"immediate maintenance{at}", x, 1.0,
+            f"{x:.2f}× (update+maintain {_fms(r['id_with_update']['median'])} ms vs pg_ivm "
+            f"{_fms(r['pg_ivm']['median'])} ms)" if r and x is not None else "")
     r = _row(result, big, "V'", "200")
     add(f"V', 200 price updates: id ≥ 5× faster than tuple{at}",
         r["tuple_over_id"] if r else None, 5.0,
@@ -890,14 +962,17 @@ def _ratio(x: float | None) -> str:
 
 
 HEADER = ("links", "view", "batch", "changes", "update A / B", "id", "tuple", "recompute",
-          "refresh", "limit", "id/limit", "maintain/apply", "id vs tuple")
+          "refresh", "limit", "pg_ivm", "id/limit", "(update+id)/pg_ivm", "maintain/apply",
+          "id vs tuple")
 
 
 def _cells(r: dict[str, Any], sep: str = " ") -> list[str]:
     n = r["rounds"]
+    ivm = r.get("id_over_pg_ivm")
     return [_size(r["links"]), r["view"], r["batch"], f"{r['changes']:,.0f}",
             f"{_fms(r['update_a']['median'])} / {_fms(r['update_b']['median'])}",
-            *(_cell(r[c], n, sep) for c in COLUMNS), f"{r['id_over_limit']:.2f}×",
+            *(_cell(r[c], n, sep) if c in r else "—" for c in COLUMNS),
+            f"{r['id_over_limit']:.2f}×", "—" if ivm is None else f"{ivm:.2f}×",
             _ratio(r["maintain_over_apply"]), f"{r['tuple_over_id']:.1f}×"]
 
 
@@ -915,8 +990,10 @@ def _legend(result: dict[str, Any]) -> list[str]:
 
 CAPTION = ("times in ms, median (min–max) over the rounds; id / tuple / recompute: maintain "
            "only; refresh: REFRESH MATERIALIZED VIEW; limit: plain base update + hand-written "
-           "apply of the view's changes; id/limit: (update on A with idivm's logging triggers + "
-           "id maintain) / limit; maintain/apply: id maintain / apply alone; id vs tuple: tuple "
+           "apply of the view's changes; pg_ivm: the update with pg_ivm's immediate maintenance "
+           "of an IMMV of the view (— when pg_ivm is not installed); id/limit: (update on A "
+           "with idivm's logging triggers + id maintain) / limit; (update+id)/pg_ivm: the same "
+           "over pg_ivm; maintain/apply: id maintain / apply alone; id vs tuple: tuple "
            "maintain / id maintain")
 
 
@@ -946,6 +1023,8 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
         c.print(f"[dim]batches, {line}[/dim]")
     for s in result["sizes"]:
         f, w = s["floor"], s["writer"]
+        if s["pg_ivm"] != "measured":
+            c.print(f"[yellow]{s['links']:,} links: no pg_ivm column: {s['pg_ivm']}[/yellow]")
         c.print(f"[bold]{s['links']:,} links[/bold] floor (id maintain, median of "
                 f"{len(f[VIEWS[0].label]['none_s'])}): " + "; ".join(
                     f"{v.label} nothing pending {_fms(f[v.label]['none']['median'])} ms, one "
@@ -984,11 +1063,13 @@ def plot(c: Console, result: dict[str, Any], path: Path) -> None:
             ax = axes[i][j]
             rows = [r for r in result["summary"] if r["links"] == links and r["view"] == v.label]
             x = list(range(len(rows)))
-            for k, col in enumerate(COLUMNS):
+            cols = [col for col in COLUMNS if all(col in r for r in rows)]
+            for k, col in enumerate(cols):
                 med = [r[col]["median"] * 1000 for r in rows]
                 err = [[m - r[col]["min"] * 1000 for m, r in zip(med, rows, strict=True)],
                        [r[col]["max"] * 1000 - m for m, r in zip(med, rows, strict=True)]]
-                ax.bar([p + (k - 2) * w for p in x], med, w, yerr=err, capsize=2, label=col)
+                ax.bar([p + (k - (len(cols) - 1) / 2) * w for p in x], med, w, yerr=err,
+                       capsize=2, label=col)
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(_tick))
             ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: _tick(y, minor=True)))
@@ -997,9 +1078,11 @@ def plot(c: Console, result: dict[str, Any], path: Path) -> None:
             ax.set_ylabel("ms (median, min–max)")
             ax.set_title(f"{v.label}, {links:,} links", fontsize=10)
             ax.grid(axis="y", which="major", alpha=0.3)
-    handles, _ = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, ["id maintain", "tuple maintain", "recompute maintain",
-                         "REFRESH MATERIALIZED VIEW", "limit (update + apply)"],
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    names = {"id": "id maintain", "tuple": "tuple maintain", "recompute": "recompute maintain",
+             "refresh": "REFRESH MATERIALIZED VIEW", "limit": "limit (update + apply)",
+             "pg_ivm": "pg_ivm (update with immediate maintenance)"}
+    fig.legend(handles, [names[k] for k in labels],
                loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 0.955))
     fig.suptitle("idivm on PostgreSQL: maintain vs REFRESH vs the physical limit", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.9))

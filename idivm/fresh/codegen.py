@@ -500,6 +500,10 @@ def generate(pipe: Pipeline | Program) -> str:
         "  View() {",
         *[f"    rows.emplace_back({len(t.types)}, "
           f"std::vector<int>{{{', '.join(map(str, t.key))}}});" for t in base],
+        # a global aggregate has its one row before any input (SQL's γ over ∅)
+        *[f"    publish{si}({{}});  // {d.name}: a global aggregate's row"
+          for si, d in pubs if d.always],
+        "    flush();",
         "  }",
         "",
         "  void on(int table, int op, const int64_t* t, const int64_t* o) {",
@@ -507,6 +511,9 @@ def generate(pipe: Pipeline | Program) -> str:
         *[f"      case {bi}: {' '.join(routes.get(bi, []))} break;" for bi in range(len(base))],
         "      default: break;",
         "    }",
+        "    flush();",
+        "  }",
+        "  void flush() {  // each stage, inner first, publishes the groups an event touched",
         *flush,
         "  }",
         *view,

@@ -174,6 +174,27 @@ def has_args(e: Expr) -> bool:
     return any(isinstance(n, Arg) for n in walk(e))
 
 
+def null_reads(e: Expr, names: set[str]) -> str | None:
+    """How ``e`` reads the variables ``names``, all NULL together (a global aggregate's row over
+    no input): None when it reads none of them, ``"strict"`` when ``e`` is then NULL
+    (arithmetic, comparisons, NOT, LIKE, … propagate a NULL), else the operator that may make a
+    value of it (``AND``, ``OR``, ``CASE``)."""
+    if isinstance(e, Var):
+        return "strict" if e.name in names else None
+    kids = [null_reads(c, names) for c in e.children()]
+    found = [k for k in kids if k is not None]
+    if not found:
+        return None
+    hidden = next((k for k in found if k != "strict"), None)
+    if hidden is not None:
+        return hidden
+    if isinstance(e, Case):
+        return "CASE"
+    if isinstance(e, BoolOp) and len(found) < len(kids):  # NULL AND false, NULL OR true
+        return e.op.upper()
+    return "strict"
+
+
 def substitute(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     """Rebuild ``e`` bottom-up, replacing a node by ``f(node)`` where that is not None."""
     r = f(e)

@@ -125,6 +125,8 @@ class Program:
     # over the event (``Arg``): an update changing only these columns, under which every
     # condition keeps its truth value, changes no map
     filtered: dict[str, tuple[frozenset[int], tuple[E.Expr, ...]]] = field(default_factory=dict)
+    # per aggregate skipping NULL arguments (``Agg.live``): the map counting the rows it reads
+    live_counts: tuple[str | None, ...] = field(default=())
 
     def listing(self) -> str:
         maps = {m.name: m for m in self.maps}
@@ -339,28 +341,38 @@ class _Compiler:
         return loops, extra
 
 
-def view_maps(c: _Compiler, q: FreshQuery) -> tuple[str, list[str | None]]:
+def view_maps(c: _Compiler, q: FreshQuery) -> tuple[str, list[str | None], list[str | None]]:
+    """The view's maps: the count per group, per aggregate its sum or value counts, and per
+    aggregate skipping NULL arguments (``Agg.live``) the count of the rows it reads."""
     keys = tuple(e for _, e in q.group)
     terms = q.terms()
-    body = tuple(Mono(sign, atoms, q.conds) for sign, atoms in terms)
-    c.maps["v_count"] = MapDef("v_count", keys, body, "view")
+    c.maps["v_count"] = MapDef("v_count", keys, tuple(Mono(sign, atoms, q.conds)
+                                                      for sign, atoms in terms), "view")
     agg_maps: list[str | None] = []
+    live_counts: list[str | None] = []
+    by_live: dict[tuple[E.Expr, ...], str] = {}
     for i, a in enumerate(q.aggs):
+        conds = q.conds + a.live
+        body = tuple(Mono(sign, atoms, conds) for sign, atoms in terms)
+        if a.live and a.live not in by_live:
+            by_live[a.live] = f"v_live{i}"
+            c.maps[by_live[a.live]] = MapDef(by_live[a.live], keys, body, "view")
+        live_counts.append(by_live.get(a.live) if a.live else None)
         if a.func in ("sum", "avg"):
             assert a.arg is not None
-            monos = tuple(Mono(sign * coef, atoms, q.conds, fs) for sign, atoms in terms
+            monos = tuple(Mono(sign * coef, atoms, conds, fs) for sign, atoms in terms
                           for coef, fs in expand(a.arg, atoms))
             name = f"v_sum{i}"
-            c.maps[name] = MapDef(name, keys, monos or (Mono(0, q.atoms, q.conds),), "view")
+            c.maps[name] = MapDef(name, keys, monos or (Mono(0, q.atoms, conds),), "view")
         elif a.func in ("min", "max"):
             assert a.arg is not None
             name = f"v_vals{i}"
             c.maps[name] = MapDef(name, keys + (a.arg,), body, "view")
         else:
-            agg_maps.append(None)  # COUNT reads v_count: values are NOT NULL here
+            agg_maps.append(None)  # COUNT reads its count: values are NOT NULL there
             continue
         agg_maps.append(name)
-    return "v_count", agg_maps
+    return "v_count", agg_maps, live_counts
 
 
 def _value_only(maps: Sequence[MapDef], rel: str, arity: int) -> frozenset[int]:
@@ -469,7 +481,7 @@ def compile_program(q: FreshQuery, catalog: Catalog, depth: int | None = None) -
     derived = {d.name: derived_info(d) for d in q.derived}
     tables = {t: derived[t] if t in derived else table_info(catalog, t) for t in q.tables}
     c = _Compiler(q, depth, tables)
-    count_map, agg_maps = view_maps(c, q)
+    count_map, agg_maps, live_counts = view_maps(c, q)
     recompute: list[Stmt] = []
     triggers: dict[str, dict[str, list[Stmt]]] = {t: {k: [] for k in KINDS} for t in q.tables}
     if depth == 0:
@@ -504,7 +516,8 @@ def compile_program(q: FreshQuery, catalog: Catalog, depth: int | None = None) -
                                                  for st in triggers[t]["insert"]) if s]
     return Program(q, depth, tuple(tables.values()), maps,
                    {t: {k: tuple(v) for k, v in ks.items()} for t, ks in triggers.items()},
-                   tuple(recompute), inplace, count_map, tuple(agg_maps), filtered)
+                   tuple(recompute), inplace, count_map, tuple(agg_maps), filtered,
+                   tuple(live_counts))
 
 
 # ----------------------------------------------------------------------------- stages

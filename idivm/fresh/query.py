@@ -23,13 +23,21 @@ derived relation of the subquery's distinct correlation values (one row per valu
 keeps multiplicities); ``NOT EXISTS``/``NOT IN`` multiply by ``1 − [that row]``: the query is a
 signed sum over the positive body and the body joined with it.
 
+A nested *global* aggregate (no GROUP BY) has its one row even over no input, as in SQL: its
+count 0, its SUM/AVG/MIN/MAX NULL — exactly when the count is 0, values being NOT NULL
+otherwise. The query above reads those NULLs through the row's count: a condition or probe over
+them keeps ``count > 0`` (a NULL rejects the row), a view column over them is NULL where a
+hidden group flag ``count > 0`` is false, and a view aggregate over them skips those rows
+(``_null_guards``, ``_null_groups``, ``_null_arg``); where a NULL could become a value (OR,
+CASE) or would be published by a nested stage, the view is refused.
+
 Operators outside this shape are refused here, before any code exists, naming the construct.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -76,24 +84,39 @@ class Agg:
     func: str  # sum, count, avg, min, max
     arg: E.Expr | None
     type: str
+    # where ``arg`` is not NULL (it reads a nested global aggregate's row, NULL over no
+    # input: ``count > 0`` of that row); the aggregate skips the other rows
+    live: tuple[E.Expr, ...] = ()
 
 
 @dataclass(frozen=True)
 class Derived:
     """A relation computed by a nested aggregate (a stage): columns ``group…, aggregates…,
     __cnt``; the first ``n_keys`` columns are its key. A group's row exists while its count
-    is positive (a global aggregate of counts only: always, with 0)."""
+    is positive; a global aggregate's one row always (``always``), its count then 0 and its
+    SUM, AVG, MIN and MAX NULL (``nullable``). ``probe``: the distinct values an EXISTS/IN
+    reads, whose rows are those values only (none over no input, even without any)."""
 
     name: str
     query: FreshQuery
     columns: tuple[str, ...]
     types: tuple[str, ...]
     n_keys: int
+    probe: bool = False
 
     @property
     def always(self) -> bool:
-        """A global aggregate of counts only has its one row even over no input."""
-        return self.n_keys == 0 and all(a.func == "count" for a in self.query.aggs)
+        """A global aggregate has its one row even over no input (SQL's γ over ∅)."""
+        return self.n_keys == 0 and not self.probe
+
+    @property
+    def nullable(self) -> tuple[str, ...]:
+        """The columns NULL in the row of a global aggregate over no input: all but the
+        counts. Values are NOT NULL otherwise, so such a column is NULL exactly when the
+        row's count is 0 (the row holds a placeholder then)."""
+        if not self.always:
+            return ()
+        return tuple(a.name for a in self.query.aggs if a.func != "count")
 
 
 @dataclass(frozen=True)
@@ -119,6 +142,9 @@ class FreshQuery:
     col_types: dict[str, str]
     anti: tuple[Atom, ...] = ()
     derived: tuple[Derived, ...] = ()
+    # (group column, flag column): the column is NULL where the hidden flag is 0 (a value
+    # read from a nested global aggregate's row over no input, see ``_null_groups``)
+    nulls: tuple[tuple[str, str], ...] = ()
 
     def terms(self) -> list[tuple[float, tuple[Atom, ...]]]:
         """The signed bodies: Π (1 − a_i) expanded over the anti atoms."""
@@ -167,13 +193,17 @@ class Flattener:
         self.env: dict[str, E.Expr] = {}
         self.anti: list[Atom] = []
         self.derived: list[Derived] = []
+        # variables NULL where their row's count is 0: name → (variable, count variable)
+        self.nulls: dict[str, tuple[E.Var, E.Var]] = {}
 
-    def derive(self, node: A.Aggregate, name: str) -> Derived:
-        """The relation of a nested aggregate, translated as a query of its own."""
+    def derive(self, node: A.Aggregate, name: str, probe: bool = False) -> Derived:
+        """The relation of a nested aggregate, translated as a query of its own (a probe's
+        NULL values never match: they have no row; a nested group's are refused)."""
         q = query_of(node, (*node.group_by, *(a.name for a in node.aggs), A.COUNT),
-                     node.label, self.catalog)
+                     node.label, self.catalog, "guard" if probe else "refuse")
         self.derived.append(Derived(name, q, q.columns, tuple(q.col_types[c] for c in
-                                                               q.columns), len(node.group_by)))
+                                                               q.columns), len(node.group_by),
+                                    probe))
         return self.derived[-1]
 
     def derived_atom(self, node: A.Aggregate) -> None:
@@ -183,6 +213,9 @@ class Flattener:
         vs = tuple(E.Var(t, f"{d.name}{c}" if c == A.COUNT else c)
                    for c, t in zip(d.columns, d.types, strict=True))
         self.env.update(zip(d.columns, vs, strict=True))
+        by_name = dict(zip(d.columns, vs, strict=True))
+        self.nulls.update((by_name[c].name, (by_name[c], by_name[A.COUNT]))
+                          for c in d.nullable)
         if node.is_global:
             self.env["__g"] = E.Const("int", 1)
         self.atoms.append(Atom(d.name, vs))
@@ -227,7 +260,8 @@ class Flattener:
             for x in local[1:]:
                 pred = exp.and_(pred, x)
             inner = A.Select(node.nid, inner, pred)
-        d = self.derive(A.Aggregate(node.nid, inner, tuple(pairs), ()), f"__d{node.nid}")
+        d = self.derive(A.Aggregate(node.nid, inner, tuple(pairs), ()), f"__d{node.nid}",
+                        probe=True)
         vs = []
         for rcol, t in zip(d.columns, d.types, strict=True):
             if rcol == A.COUNT:
@@ -254,10 +288,11 @@ class Flattener:
         return E.from_sql(e, lambda name: self.env[name])
 
 
-def _unify(atoms: Sequence[Atom], conds: Sequence[E.Expr],
-           env: dict[str, E.Expr]) -> tuple[list[Atom], list[E.Expr], dict[str, E.Expr]]:
+def _unify(atoms: Sequence[Atom], conds: Sequence[E.Expr], env: dict[str, E.Expr]
+           ) -> tuple[list[Atom], list[E.Expr], dict[str, E.Expr], Callable[[E.Expr], E.Expr]]:
     # (anti atoms are passed after the atoms: they share the renaming)
-    """Merge variables equated by a condition; the equality itself disappears."""
+    """Merge variables equated by a condition; the equality itself disappears. Also returns
+    the renaming."""
     uf = _UnionFind()
     rest = []
     for c in conds:
@@ -279,7 +314,7 @@ def _unify(atoms: Sequence[Atom], conds: Sequence[E.Expr],
             continue
         if c not in new_conds:
             new_conds.append(c)
-    return new_atoms, new_conds, {k: sub(v) for k, v in env.items()}
+    return new_atoms, new_conds, {k: sub(v) for k, v in env.items()}, sub
 
 
 def translate(sql: str, catalog: Catalog) -> FreshQuery:
@@ -288,10 +323,11 @@ def translate(sql: str, catalog: Catalog) -> FreshQuery:
     return query_of(vq.root, vq.columns, sql, catalog)
 
 
-def query_of(root: A.Node, columns: tuple[str, ...], sql: str,
-             catalog: Catalog) -> FreshQuery:
+def query_of(root: A.Node, columns: tuple[str, ...], sql: str, catalog: Catalog,
+             null_keys: str = "flag") -> FreshQuery:
     """The flat query of a plan: an aggregate under a chain of projections and selections
-    (evaluated when rows are read), or a bag select-project-join."""
+    (evaluated when rows are read), or a bag select-project-join. ``null_keys``: what becomes
+    of a group value NULL where a nested global aggregate read no input (``_null_groups``)."""
     output: list[A.Node] = []
     node = root
     while isinstance(node, A.Project | A.Select):
@@ -304,30 +340,157 @@ def query_of(root: A.Node, columns: tuple[str, ...], sql: str,
     f = Flattener(catalog)
     f.visit(node.child if isinstance(node, A.Aggregate) else node)
     n_anti = len(f.anti)
-    all_atoms, conds, env = _unify(f.atoms + f.anti, f.conds, f.env)
+    guards = _null_guards(f)
+    all_atoms, conds, env, sub = _unify(f.atoms + f.anti, f.conds + guards, f.env)
     atoms, anti = all_atoms[:len(all_atoms) - n_anti], all_atoms[len(all_atoms) - n_anti:]
+    # the values still NULL-able: those of rows no condition guards (never unified, so
+    # renaming them is a no-op kept for safety)
+    nulls = {_name(sub(v)): sub(c) for v, c in f.nulls.values() if _live(c) not in guards}
     if isinstance(node, A.Aggregate):
-        group = tuple((g, env[g]) for g in node.group_by)
+        group, marks, more = _null_groups(tuple((g, env[g]) for g in node.group_by), nulls,
+                                          null_keys)
+        conds += [c for c in more if c not in conds]
         aggs = []
         for a in node.aggs:
             arg = env[a.arg] if a.arg is not None else None
+            live = _null_arg(a.func, arg, nulls, null_keys)
             if arg is not None and arg.type == "str" and a.func != "count":
                 raise UnsupportedSQL(f"{a.func.upper()} over text", "fresh views intern text, "
                                      "so it has no order and no sum")
             t = {"count": "int", "count_star": "int", "avg": "float"}.get(
                 a.func, arg.type if arg is not None else "int")
-            aggs.append(Agg(a.name, "count" if a.func == "count_star" else a.func, arg, t))
+            aggs.append(Agg(a.name, "count" if a.func == "count_star" else a.func, arg, t,
+                            live))
         col_types = {g: e.type for g, e in group} | {a.name: a.type for a in aggs}
         col_types[A.COUNT] = "int"
         if node.is_global:
             col_types["__g"] = "int"
         return FreshQuery(sql, columns, group, tuple(aggs), tuple(atoms), tuple(conds),
                           tuple(output), False, _tables(atoms + anti), col_types,
-                          tuple(anti), tuple(f.derived))
-    group = tuple((c, env[c]) for c in node.columns)
+                          tuple(anti), tuple(f.derived), marks)
+    group, marks, more = _null_groups(tuple((c, env[c]) for c in node.columns), nulls,
+                                      null_keys)
+    conds += [c for c in more if c not in conds]
     return FreshQuery(sql, columns, group, (), tuple(atoms), tuple(conds), (), True,
                       _tables(atoms + anti), {c: e.type for c, e in group}, tuple(anti),
-                      tuple(f.derived))
+                      tuple(f.derived), marks)
+
+
+# ----------------------------------------------------------------------------- NULL rows
+
+
+def _name(e: E.Expr) -> str:
+    assert isinstance(e, E.Var)
+    return e.name
+
+
+def _live(count: E.Expr) -> E.Expr:
+    """A nested global aggregate's row holds values: its input was not empty."""
+    return E.Cmp("bool", ">", count, E.Const("int", 0))
+
+
+def _null_reads(names: set[str], nulls: Mapping[str, E.Expr]) -> dict[E.Expr, set[str]]:
+    """Of ``names``, the variables that may be NULL, by the count variable of their row."""
+    out: dict[E.Expr, set[str]] = {}
+    for n in sorted(names & nulls.keys()):
+        out.setdefault(nulls[n], set()).add(n)
+    return out
+
+
+def _rejection(cond: E.Expr, names: set[str]) -> str | None:
+    """None when ``cond`` cannot hold while the variables ``names`` are NULL, else the operator
+    that may let it hold (``OR``, ``CASE``, …)."""
+    if isinstance(cond, E.BoolOp) and cond.op == "and":
+        hows = [_rejection(x, names) for x in cond.args if E.variables(x) & names]
+        return None if None in hows else hows[0]
+    how = E.null_reads(cond, names)
+    return None if how == "strict" else how
+
+
+def _null_guards(f: Flattener) -> list[E.Expr]:
+    """``count > 0`` for each nested global aggregate's row whose SUM/AVG/MIN/MAX a condition
+    or an EXISTS/IN probe reads: a NULL rejects the row there, as no row did. Refused where it
+    need not (under OR, CASE, …, or correlating a NOT EXISTS)."""
+    guards: list[E.Expr] = []
+    nulls = {n: c for n, (_, c) in f.nulls.items()}
+    for cond in f.conds:
+        for count, names in _null_reads(E.variables(cond), nulls).items():
+            how = _rejection(cond, names)
+            if how is not None:
+                raise UnsupportedSQL(f"global aggregate subquery's value under {how}",
+                                     f"NULL over no input: {E.show(cond)}")
+            guards.append(_live(count))
+    for atom in f.atoms + f.anti:
+        names = {v.name for v in atom.vars}
+        for count in _null_reads(names, nulls):
+            if count in atom.vars:
+                continue  # the row's own atom
+            if atom in f.anti:
+                raise UnsupportedSQL("NOT EXISTS correlated by a global aggregate subquery's "
+                                     "value", f"NULL over no input: {atom.show()}")
+            guards.append(_live(count))  # an EXISTS/IN probe: a NULL never matches
+    return list(dict.fromkeys(guards))
+
+
+def _null_arg(func: str, arg: E.Expr | None, nulls: Mapping[str, E.Expr],
+              mode: str) -> tuple[E.Expr, ...]:
+    """Where an aggregate's argument is not NULL, if it reads a nested global aggregate's row
+    (the view's own aggregates only: a nested one would publish a NULL)."""
+    reads = _null_reads(E.variables(arg), nulls) if arg is not None else {}
+    if not reads:
+        return ()
+    assert arg is not None
+    if mode != "flag":
+        raise UnsupportedSQL(f"{func.upper()} over a global aggregate subquery's value in a "
+                             "nested aggregate", f"NULL over no input: {E.show(arg)}")
+    for names in reads.values():
+        how = E.null_reads(arg, names)
+        if how != "strict":
+            raise UnsupportedSQL(f"global aggregate subquery's value under {how}",
+                                 f"NULL over no input: {E.show(arg)}")
+    return tuple(_live(c) for c in reads)
+
+
+def _zero(t: str) -> E.Const:
+    return E.Const(t, 0.0 if t == "float" else "" if t == "str" else 0)
+
+
+def _null_groups(group: tuple[tuple[str, E.Expr], ...], nulls: Mapping[str, E.Expr],
+                 mode: str) -> tuple[tuple[tuple[str, E.Expr], ...], tuple[tuple[str, str], ...],
+                                     list[E.Expr]]:
+    """Group values NULL where a nested global aggregate read no input (its row's count is
+    0), in ``mode``: ``flag`` (the view's own rows) keeps ``CASE WHEN count > 0 THEN value ELSE
+    0 END`` and a hidden group column ``__live…`` (``count > 0``) saying whether it is NULL;
+    ``guard`` (a probe's values, which a NULL never matches) keeps rows with values only (the
+    conditions returned); ``refuse`` (a nested aggregate, which publishes no NULL) refuses.
+    Returns the group, the (column, flag column) pairs and the conditions."""
+    out: list[tuple[str, E.Expr]] = []
+    flags: dict[E.Expr, str] = {}
+    marks: list[tuple[str, str]] = []
+    conds: list[E.Expr] = []
+    for name, e in group:
+        reads = _null_reads(E.variables(e), nulls)
+        if not reads:
+            out.append((name, e))
+            continue
+        if mode == "refuse":
+            raise UnsupportedSQL("GROUP BY a global aggregate subquery's value in a nested "
+                                 "aggregate", f"NULL over no input: {E.show(e)}")
+        for names in reads.values():
+            how = E.null_reads(e, names)
+            if how != "strict":
+                raise UnsupportedSQL(f"global aggregate subquery's value under {how}",
+                                     f"NULL over no input: {E.show(e)}")
+        lives = [_live(c) for c in reads]
+        if mode == "guard":
+            conds += lives
+            out.append((name, e))
+            continue
+        live = lives[0] if len(lives) == 1 else E.BoolOp("bool", "and", tuple(lives))
+        flag = flags.setdefault(live, f"__live{len(flags)}")
+        out.append((name, E.Case(e.type, ((live, e),), _zero(e.type))))
+        marks.append((name, flag))
+    return tuple(out) + tuple((f, x) for x, f in flags.items()), tuple(marks), conds
 
 
 def _unique_on(node: A.Node, cols: set[str]) -> bool:

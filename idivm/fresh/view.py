@@ -268,8 +268,12 @@ class FreshView:
         counts = self.map_contents(prog.count_map)
         names = [g for g, _ in q.group]
         if q.bag:
+            flags = {f for _, f in q.nulls}
             out = []
             for key, c in counts.items():
+                if flags:
+                    env = _with_nulls(key, names, q.nulls)
+                    key = tuple(env[n] for n in names if n not in flags)
                 out += [key] * int(round(c))
             return out
         sums: list[dict[tuple[Any, ...], float] | None] = []
@@ -288,16 +292,20 @@ class FreshView:
             else:
                 sums.append(self.map_contents(m))
                 vals.append(None)
+        # an aggregate skipping NULL arguments reads its own count of rows
+        lives = [self.map_contents(m) if m else None for m in prog.live_counts or
+                 (None,) * len(q.aggs)]
         if not names and not counts:
             counts = {(): 0.0}  # a global aggregate has its one row over empty input
         rows = []
         for key, c in counts.items():
             n = int(round(c))
-            env: dict[str, Any] = dict(zip(names, key, strict=True))
+            env = _with_nulls(key, names, q.nulls)
             env[A.COUNT] = n
             env["__g"] = 1
-            for a, s, v in zip(q.aggs, sums, vals, strict=True):
-                env[a.name] = _aggregate(a.func, a.type, n, s.get(key, 0.0) if s else 0.0,
+            for a, s, v, lv in zip(q.aggs, sums, vals, lives, strict=True):
+                na = n if lv is None else int(round(lv.get(key, 0.0)))
+                env[a.name] = _aggregate(a.func, a.type, na, s.get(key, 0.0) if s else 0.0,
                                          v.get(key, []) if v is not None else [])
             rows.append(env)
         return [tuple(r[c] for c in q.columns) for r in _output(q.output, rows, q.col_types)]
@@ -343,6 +351,17 @@ def _events(rows: list[dict[str, Any]], info: TableInfo) -> list[tuple[str, Any,
         else:
             out.append(("insert", row, None))
     return out
+
+
+def _with_nulls(key: tuple[Any, ...], names: Sequence[str],
+                nulls: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """A view map's key by group column, NULL where its flag says the nested global aggregate
+    it reads had no input."""
+    env: dict[str, Any] = dict(zip(names, key, strict=True))
+    for col, flag in nulls:
+        if not env[flag]:
+            env[col] = None
+    return env
 
 
 def _aggregate(func: str, ty: str, n: int, total: float, values: list[Any]) -> Any:

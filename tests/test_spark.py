@@ -197,6 +197,22 @@ def test_crash_at_every_step_then_rerun(spark: Any, tmp_path: Path, engine: str)
     assert any(s.startswith("publish") for s in crashed), crashed
     m.maintain("vp")
     assert _equal(m, "vp")
+    for rel in m.plan_of("vp").materialized:  # no run that died left a file behind
+        assert _unreferenced_files(m.store.path(rel.name)) == set(), rel.name
+
+
+def _unreferenced_files(table: Path) -> set[str]:
+    """Data files in a Delta table's directory that no version of it ever added."""
+    from deltalake import DeltaTable
+
+    from idivm.spark.delta import add_actions
+
+    latest = DeltaTable(str(table)).version()
+    added = {a["path"] for v in range(latest + 1)
+             for a in add_actions(DeltaTable(str(table), version=v))}
+    on_disk = {f.relative_to(table).as_posix() for f in table.rglob("*.parquet")
+               if "_delta_log" not in f.parts}
+    return on_disk - added
 
 
 def test_change_feed_validation(spark: Any, tmp_path: Path) -> None:

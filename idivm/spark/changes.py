@@ -87,15 +87,15 @@ def read_cdf(spark: Any, table: Table, path: str, since: int, upto: int) -> tupl
     return spark.createDataFrame(data), int(data.num_rows)
 
 
-def read_cdf_arrow(table: Table, path: str, since: int, upto: int) -> Any:
-    """The Change Data Feed of the Delta table at ``path`` for versions ``since < v <= upto``
-    (read by delta-rs), as an Arrow table of the table's columns, ``_change_type`` and
-    ``_commit_version``; None when it has no row. A range the table no longer holds
-    (vacuumed, or CDF off for some version) is refused: skipping it would leave the view
-    silently wrong."""
+def read_cdf_arrow(table: Table, path: str, since: int, upto: int, dt: Any = None) -> Any:
+    """The Change Data Feed of the Delta table at ``path`` (``dt``, when opened already) for
+    versions ``since < v <= upto`` (read by delta-rs), as an Arrow table of the table's
+    columns, ``_change_type`` and ``_commit_version``; None when it has no row. A range the
+    table no longer holds (vacuumed, or CDF off for some version) is refused: skipping it
+    would leave the view silently wrong."""
     from idivm.spark.delta import arrow, open_table
 
-    dt = open_table(path)
+    dt = dt if dt is not None else open_table(path)
     try:
         data = arrow(dt.load_cdf(starting_version=since + 1, ending_version=upto))
     except Exception as e:  # delta-rs's own error types

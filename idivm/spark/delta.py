@@ -8,12 +8,15 @@ files), and writes new data files that a delta-rs transaction then commits.
 
 Caches and views are partitioned by ``__idivm_bucket = pmod(xxhash64(id), N)`` over an ID that
 their i-diffs name rows by, so a refresh rewrites only the files of the buckets its i-diffs
-touch: stage writes their post-state next to the table (invisible to readers: not in the log),
-publish commits the removal of the touched buckets' files and the addition of the staged ones
-as one Delta commit. The commit carries an application transaction
-(``idivm``, version = the table version it was staged against + 1), so publishing again after a
-crash commits nothing twice. Base tables keep the user's shape (no bucket column); changes
-handed to idivm as DataFrames are merged into them by delta-rs, which records row-level CDF.
+touch. Stage writes their post-state where no reader sees it (files not in the log): Spark's
+writes under the warehouse's staging area, moved in at publish; the driver's straight into the
+table's bucket directories, named by the run, so publishing moves nothing (files placed by a
+run that never commits are deleted when the run is discarded). Publish commits the removal of
+the touched buckets' files and the addition of the staged ones as one Delta commit, carrying an
+application transaction (``idivm``, version = the table version it was staged against + 1), so
+publishing again after a crash commits nothing twice. Base tables keep the user's shape (no
+bucket column); changes handed to idivm as DataFrames are merged into them by delta-rs, which
+records row-level CDF.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ BUCKET = "__idivm_bucket"
 TXN_APP = "idivm"
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
 STAGING = "_idivm_staging"  # under the warehouse root, never inside a table's directory
+PLACED = "_placed.json"  # files a run wrote straight into a table, listed before they exist
 # A refresh whose touched buckets hold at most this many rows writes them from the driver (one
 # Arrow batch, split per bucket): Spark's partitioned writer costs ~20 ms per directory, which
 # dominates a small refresh that touches a few hundred buckets.
@@ -113,7 +117,17 @@ def read_files(spark: Any, root: Path, files: Sequence[str], schema: Any) -> Any
     if not files:
         return spark.createDataFrame([], schema)
     paths = [f if "://" in f or f.startswith("/") else str(root / f) for f in files]
-    return spark.read.schema(schema).option("basePath", str(root)).parquet(*paths)
+    reader = spark.read.schema(schema).option("basePath", str(root))
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None or len(paths) < 8 or any("\n" in p_ for p_ in paths):
+        return reader.parquet(*paths)
+    # a classic session: Py4J would pass the list one element per call (a round trip each,
+    # ~1 ms: a view of 512 bucket files took half a second to register); one string split in
+    # the JVM is three calls
+    from pyspark.sql import DataFrame
+
+    listed = jvm.java.util.regex.Pattern.compile("\n").splitAsStream("\n".join(paths)).toList()
+    return DataFrame(reader._jreader.parquet(jvm.PythonUtils.toSeq(listed)), spark)
 
 
 class DeltaStore:
@@ -319,15 +333,16 @@ class DeltaStore:
         typed = rows_df.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
                                  for f in fields])
         typed = typed.withColumn(BUCKET, _bucket_of(F.col(f"`{layout['bucket_col']}`"), n))
-        data = out / "files"
         removed = [f for f in files if _bucket_value(f) in set(touched)]
         before = sum(int(f.get("num_records") or self.rows_per_bucket) for f in removed)
         if before + sum(per_op) <= DRIVER_WRITE_ROWS:  # a replace: about as many rows again
-            _write_on_driver(typed.toArrow(), data)
+            adds = self._place(run, name, typed.toArrow())
         else:
+            data = out / "files"
             typed.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET) \
                 .parquet(str(data))
-        adds = self._record_stage(out, dt, touched, files)
+            adds = _list_files(data)
+        self._record_stage(out, dt, touched, files, adds)
         rows = sum(int(a["rows"]) for a in adds)
         if any(op.kind == "replace" for op in ops):
             per_op = [rows]
@@ -335,24 +350,39 @@ class DeltaStore:
         def post() -> Any:
             kept = [f["path"] for f in files if _bucket_value(f) not in set(touched)]
             before = read_files(self.spark, self.path(name), kept, schema)
-            staged = read_files(self.spark, data, [a["path"] for a in adds], schema)
+            placed = all(a.get("placed") for a in adds)
+            staged = read_files(self.spark, self.path(name) if placed else out / "files",
+                                [a["path"] for a in adds], schema)
             return before.unionByName(staged).drop(BUCKET)
 
         return StageResult(touched, n, per_op, post)
 
+    def _place(self, run: str, name: str, table: Any) -> list[dict[str, Any]]:
+        """Write the rows of an Arrow table (with ``__idivm_bucket``) straight into the
+        table's bucket directories, one file per bucket, named by the run (``_dest``); the
+        paths are listed in the run's staging first (``PLACED``), so a run that dies before
+        its commit leaves nothing that ``discard`` does not find. Returns the adds, placed."""
+        out = self.staging(run, name)
+        table = table.sort_by(BUCKET) if table.num_rows else table
+        buckets = _bucket_runs(table)
+        leaf = f"part-{uuid.uuid4().hex}.parquet"
+        paths = [_dest(run, f"{BUCKET}={b}/{leaf}") for b, _, _ in buckets]
+        (out / PLACED).write_text(json.dumps(paths))
+        adds = _write_buckets(table, buckets, self.path(name), paths)
+        return [{**a, "placed": True} for a in adds]
+
     def _record_stage(self, out: Path, dt: Any, touched: Sequence[int],
-                      files: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """The commit that will publish what was written under ``out/files``: remove the
-        touched buckets' files, add the new ones (``_stage.json``); returns the adds."""
-        adds = _list_files(out / "files")
+                      files: Sequence[Mapping[str, Any]], adds: Sequence[Mapping[str, Any]]
+                      ) -> None:
+        """The commit that will publish the staged files ``adds``: remove the touched
+        buckets' files, add the new ones (``_stage.json``)."""
         hit = set(touched)
         info = {"base_version": int(dt.version()), "touched": list(touched),
-                "rows": sum(int(a["rows"]) for a in adds), "adds": adds,
+                "rows": sum(int(a["rows"]) for a in adds), "adds": list(adds),
                 "removes": [{"path": f["path"], "size": int(f["size_bytes"]),
                              "bucket": _bucket_value(f)} for f in files
                             if _bucket_value(f) in hit]}
         (out / "_stage.json").write_text(json.dumps(info))
-        return adds
 
     def stage_arrow(self, run: str, name: str, dt: Any, touched: Sequence[int],
                     post: Any) -> list[str]:
@@ -363,9 +393,9 @@ class DeltaStore:
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
-        _write_on_driver(post, out / "files")
-        adds = self._record_stage(out, dt, touched, add_actions(dt))
-        return [str(out / "files" / a["path"]) for a in adds]
+        adds = self._place(run, name, post)
+        self._record_stage(out, dt, touched, add_actions(dt), adds)
+        return [str(self.path(name) / a["path"]) for a in adds]
 
     def publish(self, run: str, name: str) -> None:
         """Commit a staged refresh: remove the touched buckets' files, add the staged ones, in
@@ -383,16 +413,21 @@ class DeltaStore:
         if int(dt.version()) != int(info["base_version"]):
             raise DeltaError(f"{name} changed (version {dt.version()}) since run {run} staged "
                              f"against version {info['base_version']}; re-run maintain")
-        for a in info["adds"]:  # move the staged files in (a rename; skipped once done)
+        adds = []
+        for a in info["adds"]:  # move Spark's staged files in (a rename; skipped once done)
+            if a.get("placed"):  # written in place by the driver
+                adds.append(a)
+                continue
             src, dest = out / "files" / a["path"], self.path(name) / _dest(run, a["path"])
             if src.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(src, dest)
+            adds.append({**a, "path": _dest(run, a["path"])})
         now = int(time.time() * 1000)
         actions: list[Any] = [
             RemoveAction(r["path"], True, now, r["size"], {BUCKET: str(r["bucket"])})
             for r in info["removes"]]
-        actions += [_add({**a, "path": _dest(run, a["path"])}) for a in info["adds"]]
+        actions += [_add(a) for a in adds]
         dt.create_write_transaction(
             actions, mode="append", schema=dt.schema(), partition_by=[BUCKET],
             commit_properties=CommitProperties(
@@ -400,8 +435,27 @@ class DeltaStore:
                 app_transactions=[Transaction(TXN_APP, target)]))
         self._forget(name)
 
-    def discard(self, run: str) -> None:
-        shutil.rmtree(self.root / STAGING / run, ignore_errors=True)
+    def discard(self, run: str, published: bool = False) -> None:
+        """Forget a run's staging. Files it placed in a table are deleted unless the run was
+        ``published`` or, when not known, the table's commits show it was (its application
+        transaction reached the version it staged for): a run that never committed leaves
+        nothing behind."""
+        staging = self.root / STAGING / run
+        if not published and staging.is_dir():
+            for out in staging.iterdir():
+                if (out / PLACED).exists() and not self._committed(out):
+                    table = self.path(out.name)
+                    for rel in json.loads((out / PLACED).read_text()):
+                        (table / rel).unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def _committed(self, out: Path) -> bool:
+        """Whether the stage under ``out`` was published: ``_stage.json`` exists and the
+        table's application transaction reached the version it staged for."""
+        if not (out / "_stage.json").exists() or not self.exists(out.name):
+            return False
+        target = int(json.loads((out / "_stage.json").read_text())["base_version"]) + 1
+        return (self.table(out.name).transaction_version(TXN_APP) or -1) >= target
 
 
 def quote_column(name: str) -> str:
@@ -445,26 +499,38 @@ def _list_files(data: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _write_on_driver(table: Any, data: Path) -> None:
-    """The rows of an Arrow table (with ``__idivm_bucket``) as one parquet file per bucket
-    under ``data/__idivm_bucket=<b>/`` (the partition column is not stored in the files)."""
+def _bucket_runs(table: Any) -> list[tuple[int, int, int]]:
+    """(bucket, first row, rows) of each bucket of an Arrow table sorted by ``BUCKET``."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     if table.num_rows == 0:
-        data.mkdir(parents=True, exist_ok=True)
-        return
-    table = table.sort_by(BUCKET)
-    buckets = table.column(BUCKET)
-    rows = table.drop_columns([BUCKET])
-    ends = pc.run_end_encode(buckets.combine_chunks())
-    start = 0
-    name = f"part-{uuid.uuid4().hex}.parquet"
+        return []
+    ends = pc.run_end_encode(table.column(BUCKET).combine_chunks())
+    out, start = [], 0
     for b, end in zip(ends.values.to_pylist(), ends.run_ends.to_pylist(), strict=True):
-        d = data / f"{BUCKET}={b}"
-        d.mkdir(parents=True, exist_ok=True)
-        pq.write_table(rows.slice(start, end - start), d / name)
+        out.append((int(b), start, end - start))
         start = end
+    return out
+
+
+def _write_buckets(table: Any, runs: Sequence[tuple[int, int, int]], root: Path,
+                   paths: Sequence[str]) -> list[dict[str, Any]]:
+    """One parquet file per bucket run of ``table`` (sorted by ``BUCKET``, which the files do
+    not store: it is the partition value) at ``root / path``; returns their adds."""
+    import pyarrow.parquet as pq
+
+    rows = table.drop_columns([BUCKET])
+    adds = []
+    for (b, start, n), rel in zip(runs, paths, strict=True):
+        f = root / rel
+        try:
+            pq.write_table(rows.slice(start, n), f)
+        except FileNotFoundError:  # a bucket directory the table has no file in yet
+            f.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows.slice(start, n), f)
+        adds.append({"path": rel, "size": f.stat().st_size, "rows": n,
+                     "partition": {BUCKET: str(b)}})
+    return adds
 
 
 def _dest(run: str, rel: str) -> str:

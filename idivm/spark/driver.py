@@ -38,11 +38,11 @@ from sqlglot import exp
 from idivm.catalog import Catalog, Table
 from idivm.plan import Plan
 from idivm.planner.model import change_table
-from idivm.planner.prune import prune_empty
+from idivm.planner.prune import prune_empty, reads_only_empty
 from idivm.planner.ruleapi import c, select, t
 from idivm.script import Apply, Compute, adapt, apply_run, reads
 from idivm.spark import changes as cdf
-from idivm.spark.delta import BUCKET, DeltaStore, _bucket_value, add_actions, open_table
+from idivm.spark.delta import BUCKET, DeltaStore, _bucket_value, add_actions
 from idivm.spark.sparkhash import bucket_function, buckets
 from idivm.spark.storage import ApplyOp, apply_sql, on_ids
 
@@ -117,12 +117,13 @@ def stored_eligible(p: Plan, store: DeltaStore) -> Eligibility:
     return Eligibility(True, "")
 
 
-def base_eligible(locations: Mapping[str, str]) -> Eligibility:
-    """Whether the driver can read these base tables (see the module doc)."""
+def base_eligible(locations: Mapping[str, str], heads: Mapping[str, Any]) -> Eligibility:
+    """Whether the driver can read these base tables (their locations and Delta tables; see
+    the module doc)."""
     for t_, loc in locations.items():
         if "://" in loc:
             return Eligibility(False, f"base table {t_} is not on the driver's file system")
-        if list(open_table(loc).metadata().partition_columns):
+        if list(heads[t_].metadata().partition_columns):
             return Eligibility(False, f"base table {t_} has partition columns")
     return Eligibility(True, "")
 
@@ -131,7 +132,7 @@ class DriverRefresh:
     """One refresh's Δ-script in DuckDB; ``run`` stages every target like the Spark path."""
 
     def __init__(self, catalog: Catalog, store: DeltaStore, locations: Mapping[str, str],
-                 upto: Mapping[str, int], step: Callable[[str], None],
+                 heads: Mapping[str, Any], step: Callable[[str], None],
                  texts: dict[str, str] | None = None) -> None:
         import duckdb
 
@@ -140,7 +141,7 @@ class DriverRefresh:
         self.catalog = catalog
         self.store = store
         self.locations = locations
-        self.upto = upto
+        self.heads = heads  # each base table's Delta table at the version the refresh reads
         self.step = step
         self._stored: dict[str, Any] = {}  # stored relation: its DeltaTable (as of now)
         # stored relations registered as their files before this refresh (not yet replaced
@@ -177,7 +178,7 @@ class DriverRefresh:
 
     def register_inputs(self, p: Plan) -> None:
         for name in p.tables:
-            dt = open_table(self.locations[name], self.upto[name])
+            dt = self.heads[name]
             files = [a["path"] for a in add_actions(dt)]
             cols = ", ".join(_ident(k) for k in self.catalog.table(name).column_names)
             body = (f"SELECT {cols} FROM {_files_sql(Path(self.locations[name]), files, False)}"
@@ -230,13 +231,18 @@ class DriverRefresh:
             self.texts[key] = duckdb_sql(query())
         return self.texts[key]
 
-    def compute(self, s: Compute, known: Mapping[str, int] | None = None) -> int:
+    def compute(self, s: Compute, known: Mapping[str, int] | None = None,
+                idle: bool = False) -> int:
         """Run one statement into a temporary table; returns its rows. A snapshot of a stored
-        relation is read from the files of the buckets its i-diffs can touch (``_restrict``)."""
+        relation is read from the files of the buckets its i-diffs can touch (``_restrict``).
+        An ``idle`` statement (its i-diffs all empty) becomes an empty table of its columns:
+        the constant-false filter lets DuckDB plan it without reading any input."""
         text = self._restricted_snapshot(s, known or {}) if s.phase == "snapshot" else None
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(s.name)} AS "
-                         f"{text or self._text(s.name, lambda: s.query)}")
-        return self.count(s.name)
+        body = text or self._text(s.name, lambda: s.query)
+        if idle:
+            body = f"SELECT * FROM ({body}) AS {_ident('__idle')} WHERE false"
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(s.name)} AS {body}")
+        return 0 if idle else self.count(s.name)
 
     def _restricted_snapshot(self, s: Compute, known: Mapping[str, int]) -> str | None:
         """The text of a snapshot ``SELECT … FROM R AS x WHERE EXISTS (… d …) OR …`` over a
@@ -429,6 +435,7 @@ def run_script(d: DriverRefresh, p: Plan, run: str, feeds: Mapping[str, Any],
         stats.changes[tname] = known[change_table(tname)]
     known |= sizes(d.one_row, known)
     statements = list(p.statements)
+    computes = {st.name for st in statements if isinstance(st, Compute)}
     staged: list[str] = []
     i = 0
     while i < len(statements):
@@ -436,7 +443,9 @@ def run_script(d: DriverRefresh, p: Plan, run: str, feeds: Mapping[str, Any],
         if isinstance(s, Compute):
             d.step(s.name)
             t0 = time.perf_counter()
-            known[s.name] = d.compute(s, known)
+            # every i-diff it reads is empty: an empty table of its columns, nothing scanned
+            idle = s.phase != "instance" and reads_only_empty(reads(s), known, computes)
+            known[s.name] = d.compute(s, known, idle)
             stats.partitions_read.update(d.partitions_read)
             if s.phase != "instance":
                 stats.idiff_rows[s.name] = known[s.name]

@@ -40,7 +40,7 @@ from idivm.catalog import Catalog
 from idivm.errors import BackendError, IdivmError
 from idivm.plan import Plan, plan
 from idivm.planner.model import Strategy, change_table
-from idivm.planner.prune import prune_empty
+from idivm.planner.prune import prune_empty, reads_only_empty
 from idivm.refresh_cost import History, RefreshStrategy, choose_engine, decide
 from idivm.script import Apply, Compute, apply_run, query_sql, reads
 from idivm.spark import changes as cdf
@@ -415,7 +415,10 @@ class SparkMaintainer:
         if asked == "tuple" and entry.get("strategy") != "tuple":
             raise IdivmError("strategy='tuple' is chosen at create_view (it plans t-diffs)")
         since = {t: int(entry["watermarks"][t]) for t in p.tables}
-        upto = {t: self.table_version(t) for t in p.tables}
+        locations = {t: self.table_location(t) for t in p.tables}
+        # each base table opened once, at the version this refresh consumes
+        heads = {t: open_table(loc) for t, loc in locations.items()}
+        upto = {t: int(dt.version()) for t, dt in heads.items()}
         stats.versions = {t: [since[t], upto[t]] for t in p.tables}
         if upto == since:
             self._dirty.discard(name)
@@ -432,14 +435,14 @@ class SparkMaintainer:
             self._step("fold")
             arrows: dict[str, Any] = {}
             for t in p.tables:  # a forced recomputation needs no feed (it may be gone)
-                arrows[t] = cdf.read_cdf_arrow(self.catalog.table(t), self.table_location(t),
-                                               since[t], upto[t]) \
+                arrows[t] = cdf.read_cdf_arrow(self.catalog.table(t), locations[t],
+                                               since[t], upto[t], heads[t]) \
                     if upto[t] > since[t] and asked != "recompute" else None
             history = History.from_dict(entry.get("cost"))
             n = sum(0 if a is None else int(a.num_rows) for a in arrows.values())
             # where a maintenance would run: the estimate is that engine's
             engine, why = ("spark", "a recomputation runs on Spark") if asked == "recompute" \
-                else self._engine_for(p, n, history)
+                else self._engine_for(p, n, history, locations, heads)
             decision = decide(asked, n, self._base_rows(p, upto)
                               if asked == "auto" else None, history, engine)
             stats.decision = decision.as_dict()
@@ -447,7 +450,7 @@ class SparkMaintainer:
                 engine, why = "spark", "a recomputation runs on Spark"
             stats.decision |= {"engine": engine, "engine_reason": why}
             if engine == "driver":
-                staged = self._stage_on_driver(p, run, arrows, upto, stats)
+                staged = self._stage_on_driver(p, run, arrows, locations, heads, stats)
             else:
                 for t in p.tables:
                     self._register_base(t, upto[t])
@@ -492,7 +495,9 @@ class SparkMaintainer:
                                  "changes": changes}
         self._save(reg)
 
-    def _engine_for(self, p: Plan, changes: int, history: History) -> tuple[Engine, str]:
+    def _engine_for(self, p: Plan, changes: int, history: History,
+                    locations: Mapping[str, str], heads: Mapping[str, Any]
+                    ) -> tuple[Engine, str]:
         """Where the Δ-script runs: on the driver (DuckDB) or Spark, as ``choose_engine``
         estimates from this view's refreshes (small batches on the driver until measured)."""
         if self.engine == "spark":
@@ -501,7 +506,7 @@ class SparkMaintainer:
             self._driver_ok[p.name] = driver.stored_eligible(p, self.store)
         ok = self._driver_ok[p.name]
         if ok.ok:
-            ok = driver.base_eligible({t: self.table_location(t) for t in p.tables})
+            ok = driver.base_eligible(locations, heads)
         if self.engine == "driver":
             if not ok.ok:
                 raise IdivmError(f"engine='driver' cannot refresh {p.name}: {ok.reason}")
@@ -513,15 +518,14 @@ class SparkMaintainer:
         return ("driver" if engine == "driver" else "spark"), why
 
     def _stage_on_driver(self, p: Plan, run: str, feeds: Mapping[str, Any],
-                         upto: Mapping[str, int], stats: SparkMaintenanceStats) -> list[str]:
+                         locations: Mapping[str, str], heads: Mapping[str, Any],
+                         stats: SparkMaintenanceStats) -> list[str]:
         attached = self.registry()["tables"]
         for t in p.tables:  # the user's table may have changed shape (as _register_base checks)
             if attached[t].get("delta"):
-                loc = self.table_location(t)
-                check_attachable(self.catalog.table(t), open_table(loc, upto[t]), loc)
-        d = driver.DriverRefresh(self.catalog, self.store,
-                                 {t: self.table_location(t) for t in p.tables}, upto,
-                                 self._step, self._duckdb_texts.setdefault(p.name, {}))
+                check_attachable(self.catalog.table(t), heads[t], locations[t])
+        d = driver.DriverRefresh(self.catalog, self.store, locations, heads, self._step,
+                                 self._duckdb_texts.setdefault(p.name, {}))
         try:
             return driver.run_script(
                 d, p, run, feeds, lambda one_row, known: self._instance_sizes(
@@ -581,12 +585,8 @@ class SparkMaintainer:
             s = statements[i]
             if isinstance(s, Compute):
                 srcs = reads(s)
-                # skipped when counted empty, or when every i-diff it reads is known empty; a
-                # statement that ran without being counted may hold rows (fuzz seeds 30067,
-                # 30070: γ's per-group deltas read the cache's replayed Input_post snapshot,
-                # which is not counted, and its empty Input_pre snapshot: it was skipped)
-                inputs = [r for r in srcs if r in known or r in computes]
-                if known.get(s.name) == 0 or inputs and all(known.get(r) == 0 for r in inputs):
+                # skipped when counted empty, or when every i-diff it reads is known empty
+                if known.get(s.name) == 0 or reads_only_empty(srcs, known, computes):
                     known[s.name] = 0
                     i += 1
                     continue
@@ -716,7 +716,7 @@ class SparkMaintainer:
         finally:
             self._reset_views(p)
         self._manifest(p.name).unlink(missing_ok=True)
-        self.store.discard(run)
+        self.store.discard(run, published=True)
 
     def _reset_views(self, p: Plan) -> None:
         """Temp views back to the stored relations (undo the staged post-states): the view's

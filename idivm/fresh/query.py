@@ -443,12 +443,19 @@ def _null_arg(func: str, arg: E.Expr | None, nulls: Mapping[str, E.Expr],
     if mode != "flag":
         raise UnsupportedSQL(f"{func.upper()} over a global aggregate subquery's value in a "
                              "nested aggregate", f"NULL over no input: {E.show(arg)}")
+    _strict(arg, reads)
+    return tuple(_live(c) for c in reads)
+
+
+def _strict(e: E.Expr, reads: Mapping[E.Expr, set[str]]) -> None:
+    """Refuse ``e`` unless it is NULL whenever a nested global aggregate's row it reads is
+    (``reads``: the variables of each row, by its count): under OR or CASE a NULL could
+    become a value."""
     for names in reads.values():
-        how = E.null_reads(arg, names)
+        how = E.null_reads(e, names)
         if how != "strict":
             raise UnsupportedSQL(f"global aggregate subquery's value under {how}",
-                                 f"NULL over no input: {E.show(arg)}")
-    return tuple(_live(c) for c in reads)
+                                 f"NULL over no input: {E.show(e)}")
 
 
 def _zero(t: str) -> E.Const:
@@ -476,11 +483,7 @@ def _null_groups(group: tuple[tuple[str, E.Expr], ...], nulls: Mapping[str, E.Ex
         if mode == "refuse":
             raise UnsupportedSQL("GROUP BY a global aggregate subquery's value in a nested "
                                  "aggregate", f"NULL over no input: {E.show(e)}")
-        for names in reads.values():
-            how = E.null_reads(e, names)
-            if how != "strict":
-                raise UnsupportedSQL(f"global aggregate subquery's value under {how}",
-                                     f"NULL over no input: {E.show(e)}")
+        _strict(e, reads)
         lives = [_live(c) for c in reads]
         if mode == "guard":
             conds += lives

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -385,6 +386,11 @@ def substring(s: str, start: int, length: int) -> str:
 # ----------------------------------------------------------------------------- evaluation
 
 
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+    ">=": operator.ge}
+
+
 def evaluate(e: Expr, env: Mapping[str, Any]) -> Any:
     """Python evaluation (the output projections of rows(); tests)."""
     if isinstance(e, Var):
@@ -407,8 +413,7 @@ def evaluate(e: Expr, env: Mapping[str, Any]) -> Any:
         return -evaluate(e.arg, env)
     if isinstance(e, Cmp):
         a, b = evaluate(e.left, env), evaluate(e.right, env)
-        return int({"=": a == b, "<>": a != b, "<": a < b, "<=": a <= b, ">": a > b,
-                    ">=": a >= b}[e.op])
+        return int(_COMPARE[e.op](a, b))
     if isinstance(e, BoolOp):
         vals = [bool(evaluate(a, env)) for a in e.args]
         return int(all(vals) if e.op == "and" else any(vals))

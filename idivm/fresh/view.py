@@ -397,9 +397,16 @@ def _output(chain: Sequence[A.Node], rows: list[dict[str, Any]],
 
 
 def _eval(e: E.Expr, env: dict[str, Any]) -> Any:
+    """``e`` over a row of Python values: dates are yyyymmdd words in the expression's
+    constants and arithmetic (as in the compiled code), so they are compared and computed as
+    such, and a date result is a date again."""
     if any(env.get(n) is None for n in E.variables(e)):
         return None if not isinstance(e, E.Var) else env.get(e.name)
-    return E.evaluate(e, env)
+    got = E.evaluate(e, {n: _date(v) if isinstance(v, datetime.date) else v
+                         for n, v in env.items()})
+    if e.type == "date" and isinstance(got, int):
+        return datetime.date(got // 10000, got // 100 % 100, got % 100)
+    return got
 
 
 __all__ = ["FreshView", "FreshError", "ReplayStats"]

@@ -150,8 +150,24 @@ SHRUNK = {
     "uncorrelated_not_exists": "SELECT t.a FROM t WHERE NOT EXISTS (SELECT 1 FROM u)",
 }
 
+# seed 20348: a condition on a date group key above the aggregate (evaluated in Python over the
+# aggregate's rows) compared a date with the yyyymmdd word of the DATE literal: a TypeError, and
+# `<>` alone would have kept every row
+DATE_DDL = "CREATE TABLE s (k int PRIMARY KEY, day date NOT NULL, x int NOT NULL);"
+DATE_ROWS = ("INSERT INTO s VALUES (1, DATE '2024-01-03', 5), (2, DATE '2024-01-01', 7), "
+             "(3, DATE '2024-01-03', 1), (4, DATE '2024-01-05', 2);")
+DATE_ROUNDS = (("UPDATE s SET day = DATE '2024-01-03' WHERE k = 2",),
+               ("INSERT INTO s VALUES (5, DATE '2024-02-01', 4)", "DELETE FROM s WHERE k = 1"))
+DATE_VIEWS = {
+    "date_key_not_equal": "SELECT d.day, d.a FROM (SELECT s.day, AVG(s.x) AS a FROM s "
+                          "GROUP BY s.day) AS d WHERE d.day <> CAST('2024-01-03' AS DATE)",
+    "date_key_less": "SELECT d.day, d.n FROM (SELECT s.day, COUNT(*) AS n FROM s "
+                     "GROUP BY s.day) AS d WHERE d.day < DATE '2024-01-05'",
+}
+
 CASES: dict[str, Case] = {
     **{name: Case(SEED_DDL, SEED_ROWS, SEED_ROUNDS, v) for name, v in SEED_VIEWS.items()},
+    **{name: Case(DATE_DDL, DATE_ROWS, DATE_ROUNDS, v) for name, v in DATE_VIEWS.items()},
     **{name: Case(DDL, T_ROWS + U_ROWS, ROUNDS, v) for name, v in SHRUNK.items()},
     # the global aggregate's input empty from the start: its row before any input
     **{f"{name}_empty_at_create": Case(DDL, T_ROWS, ROUNDS[1:], v)

@@ -1,7 +1,9 @@
 """γ_{G, f(X)→c}: Table 1 (IDs = G) and Tables 7, 9, 11, 12 as one blocking rule.
 
-SUM, COUNT and AVG are maintained from per-group deltas of the input (Tables 9, 11: the i-diff
-rows joined with Input_pre give x_post − x_in); AVG keeps SUM and COUNT as operator caches
+SUM, COUNT and AVG are maintained from per-group deltas of the input (Tables 9, 11): a Δu of
+attributes only they read gives x_post − x_pre straight from the i-diff joined to the input
+cache on its IDs; the rows other i-diffs touch are read before and after the changes (the
+cache's snapshots of those rows). AVG keeps SUM and COUNT as operator caches
 (Table 12). MIN and MAX recompute the affected groups from Input_post (Table 7). Unlike the paper
 ("do not handle group creation/deletion"), the hidden count(*) tells when a group appears (Δ+)
 or empties (Δ-).
@@ -9,7 +11,7 @@ or empties (Δ-).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -21,13 +23,15 @@ from idivm.planner.ruleapi import (
     OperatorRule,
     RuleContext,
     c,
+    exists,
+    keeps_input_cache,
     match,
     select,
     subquery,
     t,
     union_all,
 )
-from idivm.planner.typing_ import aggregate_type
+from idivm.planner.typing_ import aggregate_type, widened
 from idivm.render import Renderer
 
 if TYPE_CHECKING:
@@ -66,46 +70,144 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
         one_row=not node.group_by)
 
 
-def _delta(node: A.Aggregate, child: int) -> exp.Select:
-    """Per-group deltas from the touched input rows: new rows count +1, old rows −1."""
-    def side(which: str, sign: int) -> exp.Select:
-        return signed_rows(node, t(placeholder(which, child), "r"), sign, lambda x: c(x, "r"))
+def _delta(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode]) -> exp.Select:
+    """Per-group deltas. Table 9: a Δu of attributes only SUM, COUNT and AVG read gives them
+    straight, Σ(post − pre) over the i-diff joined to the input cache on its IDs; the rows
+    the other i-diffs touch count +1 as they are after the changes, −1 as they were before
+    (the cache's snapshots of those rows, which leave the direct i-diffs' rows out)."""
+    child = node.child.nid
+    direct = direct_idiffs(node, diffs, ctx.infos)
+    rest = [d for d in diffs if d.name not in {e.name for e in direct}]
+    sides: list[exp.Select] = []
+    if rest:
+        sides += [signed_rows(node, t(placeholder(which, child), "r"), sign,
+                              lambda x: c(x, "r")) for which, sign in (("new", 1), ("old", -1))]
+    if direct:
+        ctx.read_directly(child, direct)
+    sides += [_direct_rows(ctx, node, d, exclude=bool(rest)) for d in direct]
+    return group_deltas(node, sides)
 
-    return group_deltas(node, [side("new", 1), side("old", -1)])
+
+def direct_idiffs(node: A.Aggregate, diffs: Sequence[DiffNode],
+                  infos: Mapping[int, NodeInfo]) -> list[DiffNode]:
+    """The Δu i-diffs of γ's cached input Table 9 applies to: they change only attributes
+    SUM, COUNT and AVG read — not a group, MIN/MAX or ID attribute — carry their pre-values,
+    and no other Δu changes the same attributes."""
+    child = node.child
+    if not keeps_input_cache(child, infos[child.nid]):
+        return []
+    summed = set(aggregated_args(node))
+    other = set(node.group_by) | set(infos[child.nid].ids)
+    other |= {a.arg for a in node.aggs if a.arg and a.func not in ("sum", "count", "avg")}
+    other |= {k for d in diffs for k in d.schema.ids}
+    out = []
+    for d in diffs:
+        s = d.schema
+        post = set(s.post)
+        if s.kind != "upd" or not post or not post <= summed or post & other \
+                or not post <= set(s.pre):
+            continue
+        if any(post & set(e.schema.post) for e in diffs if e is not d):
+            continue
+        out.append(d)
+    return out
+
+
+def _direct_rows(ctx: RuleContext, node: A.Aggregate, d: DiffNode, exclude: bool
+                 ) -> exp.Select:
+    """Σ(post − pre) rows of the cache rows ``d`` names (the cache after its APPLYs gives
+    their groups); with ``exclude``, but rows the snapshots hold (touched by another i-diff
+    too: their whole change is counted there)."""
+    child = node.child.nid
+    info = ctx.info(child)
+    s = d.schema
+    nullable = {k: info.nullable.get(k, True) for k in s.ids}
+    named = select([(k, c(k, "i")) for k in s.ids]
+                   + [(pre_name(k), c(pre_name(k), "i")) for k in s.post]
+                   + [(post_name(k), c(post_name(k), "i")) for k in s.post],
+                   ctx.rel(d, "i"), distinct=True)
+    q = changed_rows(node, ctx.state("post", child, "r"), lambda g: c(g, "r"),
+                     {k: c(pre_name(k), "i") for k in s.post},
+                     {k: c(post_name(k), "i") for k in s.post},
+                     {k: widened(info.types.get(k)) for k in s.post})
+    q = q.join(subquery(named, "i"), on=match([(k, k) for k in s.ids], "r", "i", nullable))
+    if exclude:
+        q = q.where(exp.Not(this=exists(t(placeholder("new", child), "n"), match(
+            [(k, k) for k in info.ids], "r", "n",
+            {k: info.nullable.get(k, True) for k in info.ids}))))
+    return q
+
+
+def _summed(node: A.Aggregate) -> list[A.AggCall]:
+    """The aggregates maintained from deltas (SUM, COUNT and AVG of a column)."""
+    return [a for a in node.aggs if a.arg is not None and a.func in ("sum", "count", "avg")]
 
 
 def aggregated_args(node: A.Aggregate) -> list[str]:
     """The input columns SUM, COUNT and AVG read (their deltas are maintained)."""
-    return sorted({a.arg for a in node.aggs if a.arg and a.func in ("sum", "count", "avg")})
+    return sorted({a.arg for a in _summed(node) if a.arg})
 
 
 def signed_rows(node: A.Aggregate, src: exp.Expr, sign: int,
                 value: Callable[[str], exp.Expr]) -> exp.Select:
-    """Rows of ``src`` as (group columns, ``__sign``, aggregated arguments)."""
+    """Rows of ``src`` as delta rows counting +1 (``sign`` 1) or −1: group columns,
+    ``__dcnt``, and per maintained aggregate ``__dnn_`` (non-null count) and ``__dsum_``."""
+    one = exp.Literal.number(1)
+    sgn: exp.Expr = one if sign > 0 else exp.Neg(this=one)
     items: list[tuple[str, exp.Expr]] = [(g, value(g)) for g in node.group_by]
-    items += [("__sign", exp.Literal.number(sign))]
-    items += [(x, value(x)) for x in aggregated_args(node) if x not in node.group_by]
+    items.append(("__dcnt", sgn.copy()))
+    for a in _summed(node):
+        x = value(a.arg or "")
+        items.append((f"__dnn_{a.name}", exp.Case(ifs=[exp.If(
+            this=exp.Is(this=x, expression=exp.null()), true=exp.Literal.number(0))],
+            default=sgn.copy())))
+        if a.func != "count":
+            items.append((f"__dsum_{a.name}", x.copy() if sign > 0 else exp.Neg(
+                this=exp.paren(x.copy()))))
     return select(items, src)
 
 
-def group_deltas(node: A.Aggregate, sides: Sequence[exp.Select]) -> exp.Select:
-    """Σ of signed rows per group: Δcount, Δ(non-null count) and Δsum of every aggregate."""
-    u = subquery(union_all(list(sides)), "u")
-    sign = c("__sign", "u")
+def changed_rows(node: A.Aggregate, src: exp.Expr, group: Callable[[str], exp.Expr],
+                 pre: Mapping[str, exp.Expr], post: Mapping[str, exp.Expr],
+                 wide: Mapping[str, str | None]) -> exp.Select:
+    """Table 9: rows of ``src`` whose aggregated attributes changed from ``pre`` to ``post``
+    as delta rows: count 0, per aggregate Δ(non-null count) and post − pre (NULL as 0; in
+    the ``wide`` type where one is given, so that the difference cannot overflow)."""
+    def known(x: exp.Expr) -> exp.Expr:
+        return exp.Case(ifs=[exp.If(this=exp.Is(this=x, expression=exp.null()),
+                                    true=exp.Literal.number(0))], default=exp.Literal.number(1))
+
+    def zero(x: exp.Expr, ty: str | None) -> exp.Expr:
+        return exp.Coalesce(this=exp.cast(x, ty) if ty else x,
+                            expressions=[exp.Literal.number(0)])
+
+    items: list[tuple[str, exp.Expr]] = [(g, group(g)) for g in node.group_by]
+    items.append(("__dcnt", exp.Literal.number(0)))
+    for a in _summed(node):
+        x = a.arg or ""
+        moved = x in pre
+        items.append((f"__dnn_{a.name}", exp.Sub(this=known(post[x].copy()),
+                                                 expression=known(pre[x].copy()))
+                      if moved else exp.Literal.number(0)))
+        if a.func != "count":
+            ty = wide.get(x)
+            items.append((f"__dsum_{a.name}", exp.Sub(this=zero(post[x].copy(), ty),
+                                                      expression=zero(pre[x].copy(), ty))
+                          if moved else exp.Literal.number(0)))
+    return select(items, src)
+
+
+def group_deltas(node: A.Aggregate, rows: Sequence[exp.Select]) -> exp.Select:
+    """Σ of delta rows per group: Δcount, Δ(non-null count) and Δsum of every aggregate."""
+    u = subquery(union_all(list(rows)), "u")
     items: list[tuple[str, exp.Expr]] = [(g, c(g, "u")) for g in node.group_by]
     if node.is_global:
         items.append(("__g", exp.Literal.number(0)))
-    items.append(("__dcnt", exp.Sum(this=sign)))
-    for a in node.aggs:
-        if a.arg is None or a.func not in ("sum", "count", "avg"):
-            continue
-        x = c(a.arg, "u")
-        nn = exp.Case(ifs=[exp.If(this=exp.Is(this=x, expression=exp.null()),
-                                  true=exp.Literal.number(0))], default=sign.copy())
-        items.append((f"__dnn_{a.name}", exp.Sum(this=nn)))
+    items.append(("__dcnt", exp.Sum(this=c("__dcnt", "u"))))
+    for a in _summed(node):
+        items.append((f"__dnn_{a.name}", exp.Sum(this=c(f"__dnn_{a.name}", "u"))))
         if a.func != "count":
-            items.append((f"__dsum_{a.name}", exp.Sum(this=exp.Mul(this=sign.copy(),
-                                                                   expression=x.copy()))))
+            items.append((f"__dsum_{a.name}", exp.Sum(this=c(f"__dsum_{a.name}", "u"))))
     q = select(items, u)
     if node.group_by:
         q = q.group_by(*[c(g, "u") for g in node.group_by])
@@ -211,7 +313,8 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
     assert isinstance(node, A.Aggregate)
     nid = node.nid
     keys = node.keys
-    state = group_state(ctx, node, _delta(node, node.child.nid), [d for _, d in inputs])
+    diffs = [d for _, d in inputs]
+    state = group_state(ctx, node, _delta(ctx, node, diffs), diffs)
     nonkey = list(state.schema.post)
     out = []
     existed, alive, changed = group_existed("s"), group_alive("s"), group_changed(nonkey, "s")

@@ -221,7 +221,7 @@ FROM (
     ON "q1"."pid" = "q2"."pid" AND "q2"."did" = "u"."devices__did"
 ) AS "u";
 
--- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_pre)
+-- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_pre) but those only i-diffs read straight touch
 CREATE TEMPORARY TABLE "v_prime__cache7__old" AS
 SELECT
   "x"."g__expr" AS "g__expr",
@@ -231,26 +231,17 @@ FROM "v_prime__cache7" AS "x"
 WHERE
   (
     (
-      (
-        EXISTS(
-          SELECT
-            1
-          FROM "d45" AS "z"
-          WHERE
-            "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
-        )
-        OR EXISTS(
-          SELECT
-            1
-          FROM "d39" AS "z"
-          WHERE
-            "x"."__id_parts__pid" = "z"."__id_parts__pid"
-        )
+      EXISTS(
+        SELECT
+          1
+        FROM "d45" AS "z"
+        WHERE
+          "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
       )
       OR EXISTS(
         SELECT
           1
-        FROM "d40" AS "z"
+        FROM "d39" AS "z"
         WHERE
           "x"."__id_parts__pid" = "z"."__id_parts__pid"
       )
@@ -413,21 +404,48 @@ SELECT
 FROM (
   SELECT
     "u"."g__expr" AS "g__expr",
-    SUM("u"."__sign") AS "__dcnt",
-    SUM(CASE WHEN "u"."parts__price" IS NULL THEN 0 ELSE "u"."__sign" END) AS "__dnn_agg__sum",
-    SUM("u"."__sign" * "u"."parts__price") AS "__dsum_agg__sum"
+    SUM("u"."__dcnt") AS "__dcnt",
+    SUM("u"."__dnn_agg__sum") AS "__dnn_agg__sum",
+    SUM("u"."__dsum_agg__sum") AS "__dsum_agg__sum"
   FROM (
     SELECT
       "r"."g__expr" AS "g__expr",
-      1 AS "__sign",
-      "r"."parts__price" AS "parts__price"
+      1 AS "__dcnt",
+      CASE WHEN "r"."parts__price" IS NULL THEN 0 ELSE 1 END AS "__dnn_agg__sum",
+      "r"."parts__price" AS "__dsum_agg__sum"
     FROM "v_prime__cache7__new" AS "r"
     UNION ALL
     SELECT
       "r"."g__expr" AS "g__expr",
-      -1 AS "__sign",
-      "r"."parts__price" AS "parts__price"
+      -1 AS "__dcnt",
+      CASE WHEN "r"."parts__price" IS NULL THEN 0 ELSE -1 END AS "__dnn_agg__sum",
+      -(
+        "r"."parts__price"
+      ) AS "__dsum_agg__sum"
     FROM "v_prime__cache7__old" AS "r"
+    UNION ALL
+    SELECT
+      "q1"."g__expr" AS "g__expr",
+      0 AS "__dcnt",
+      CASE WHEN "i"."parts__price__post" IS NULL THEN 0 ELSE 1 END - CASE WHEN "i"."parts__price__pre" IS NULL THEN 0 ELSE 1 END AS "__dnn_agg__sum",
+      COALESCE(CAST("i"."parts__price__post" AS BIGINT), 0) - COALESCE(CAST("i"."parts__price__pre" AS BIGINT), 0) AS "__dsum_agg__sum"
+    FROM "v_prime__cache7" AS "q1"
+    JOIN (
+      SELECT DISTINCT
+        "i"."__id_parts__pid" AS "__id_parts__pid",
+        "i"."parts__price__pre" AS "parts__price__pre",
+        "i"."parts__price__post" AS "parts__price__post"
+      FROM "d40" AS "i"
+    ) AS "i"
+      ON "q1"."__id_parts__pid" = "i"."__id_parts__pid"
+    WHERE
+      NOT EXISTS(
+        SELECT
+          1
+        FROM "v_prime__cache7__new" AS "n"
+        WHERE
+          "q1"."__id_parts__pid" = "n"."__id_parts__pid" AND "q1"."g__expr" = "n"."g__expr"
+      )
   ) AS "u"
   GROUP BY
     "u"."g__expr"

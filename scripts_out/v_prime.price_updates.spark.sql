@@ -21,48 +21,12 @@ SELECT
   `i`.`price__post` AS `parts__price__post`
 FROM `d1` AS `i`;
 
--- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_pre)
-CREATE OR REPLACE TEMPORARY VIEW `v_prime__cache7__old` AS
-SELECT
-  `x`.`g__expr` AS `g__expr`,
-  `x`.`parts__price` AS `parts__price`,
-  `x`.`__id_parts__pid` AS `__id_parts__pid`
-FROM `v_prime__cache7` AS `x`
-WHERE
-  EXISTS(
-    SELECT
-      1
-    FROM `d5` AS `z`
-    WHERE
-      `x`.`__id_parts__pid` = `z`.`__id_parts__pid`
-  );
-
 -- APPLY Δu(__id_parts__pid; parts__price_pre; parts__price_post) to v_prime__cache7 (cache: input of γ)
 MERGE INTO `v_prime__cache7` AS `v`
 USING `d5` AS `d`
 ON `v`.`__id_parts__pid` = `d`.`__id_parts__pid`
 WHEN MATCHED THEN UPDATE SET
   `v`.`parts__price` = `d`.`parts__price__post`;
-
--- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_post), the APPLYs replayed on the Input_pre snapshot
-CREATE OR REPLACE TEMPORARY VIEW `v_prime__cache7__new` AS
-SELECT
-  `x0`.`g__expr` AS `g__expr`,
-  CASE
-    WHEN NOT `u1`.`__m` IS NULL
-    THEN `u1`.`parts__price__post`
-    ELSE `x0`.`parts__price`
-  END AS `parts__price`,
-  `x0`.`__id_parts__pid` AS `__id_parts__pid`
-FROM `v_prime__cache7__old` AS `x0`
-LEFT JOIN (
-  SELECT DISTINCT
-    `z`.`__id_parts__pid` AS `__id_parts__pid`,
-    `z`.`parts__price__post` AS `parts__price__post`,
-    TRUE AS `__m`
-  FROM `d5` AS `z`
-) AS `u1`
-  ON `x0`.`__id_parts__pid` = `u1`.`__id_parts__pid`;
 
 -- Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
 CREATE OR REPLACE TEMPORARY VIEW `d6` AS
@@ -84,25 +48,29 @@ SELECT
   ) AS `__nn_agg__sum__post`
 FROM (
   SELECT
-    `u`.`g__expr` AS `g__expr`,
-    SUM(`u`.`__sign`) AS `__dcnt`,
-    SUM(CASE WHEN `u`.`parts__price` IS NULL THEN 0 ELSE `u`.`__sign` END) AS `__dnn_agg__sum`,
-    SUM(`u`.`__sign` * `u`.`parts__price`) AS `__dsum_agg__sum`
-  FROM (
-    SELECT
-      `r`.`g__expr` AS `g__expr`,
-      1 AS `__sign`,
-      `r`.`parts__price` AS `parts__price`
-    FROM `v_prime__cache7__new` AS `r`
-    UNION ALL
-    SELECT
-      `r`.`g__expr` AS `g__expr`,
-      -1 AS `__sign`,
-      `r`.`parts__price` AS `parts__price`
-    FROM `v_prime__cache7__old` AS `r`
-  ) AS `u`
+    `q1`.`g__expr` AS `g__expr`,
+    SUM(0) AS `__dcnt`,
+    SUM(
+      (
+        CASE WHEN `i`.`parts__price__post` IS NULL THEN 0 ELSE 1 END - CASE WHEN `i`.`parts__price__pre` IS NULL THEN 0 ELSE 1 END
+      )
+    ) AS `__dnn_agg__sum`,
+    SUM(
+      (
+        COALESCE(CAST(`i`.`parts__price__post` AS BIGINT), 0) - COALESCE(CAST(`i`.`parts__price__pre` AS BIGINT), 0)
+      )
+    ) AS `__dsum_agg__sum`
+  FROM `v_prime__cache7` AS `q1`
+  JOIN (
+    SELECT DISTINCT
+      `i`.`__id_parts__pid` AS `__id_parts__pid`,
+      `i`.`parts__price__pre` AS `parts__price__pre`,
+      `i`.`parts__price__post` AS `parts__price__post`
+    FROM `d5` AS `i`
+  ) AS `i`
+    ON `q1`.`__id_parts__pid` = `i`.`__id_parts__pid`
   GROUP BY
-    `u`.`g__expr`
+    `q1`.`g__expr`
 ) AS `d`
 LEFT JOIN (
   SELECT

@@ -197,3 +197,41 @@ def test_spark_dialect_view_is_accepted() -> None:
     p = idivm.plan(sql, PAPER, name="v", dialect="spark")
     assert p.columns == ("did", "cost")
     assert any(s.startswith("MERGE INTO `v__store`") for s in p.script("spark"))
+
+
+def test_table9_sums_an_update_straight_from_its_idiff() -> None:
+    """V′ under price updates: Table 9's Σ(post − pre) over the Δu joined to γ's input cache
+    on its IDs — no before/after snapshot of the cache's touched rows. Planned for every
+    change type, the snapshots cover the other i-diffs and leave the price Δu out."""
+    from idivm.examples import V_PRIME_SQL
+    from idivm.script import Compute, reads
+
+    prices = idivm.plan(V_PRIME_SQL, PAPER, name="vp", changes={"parts": ["update:price"]})
+    assert not [s for s in prices.statements if isinstance(s, Compute)
+                and s.phase == "snapshot"]
+    (cache,) = [m for m in prices.materialized if m.role == "cache: input of γ"]
+    (direct,) = prices.composition.direct[cache.nid]
+    delta = [s for s in prices.statements if isinstance(s, Compute) and cache.name in reads(s)]
+    assert len(delta) == 1 and direct in reads(delta[0])  # the i-diff ⋈ the cache, once
+
+    every = idivm.plan(V_PRIME_SQL, PAPER, name="vp")
+    (cache,) = [m for m in every.materialized if m.role == "cache: input of γ"]
+    (direct,) = every.composition.direct[cache.nid]
+    snaps = [s for s in every.statements if isinstance(s, Compute) and s.phase == "snapshot"]
+    old = [s for s in snaps if s.name == f"{cache.name}__old"]
+    # the snapshot before reads the cache by the other i-diffs only (the one after replays
+    # every APPLY on those rows)
+    assert len(snaps) == 2 and len(old) == 1 and direct not in reads(old[0])
+    assert len(reads(old[0])) == len(every.dag.by_node[cache.nid])  # the cache and the rest
+
+
+def test_table9_leaves_group_and_min_max_attributes_to_the_snapshots() -> None:
+    """An update of a group attribute or of a MIN/MAX argument moves rows between groups or
+    needs the group recomputed: those Δu keep the snapshots."""
+    group = idivm.plan("SELECT price, count(*) AS n FROM parts NATURAL JOIN devices_parts "
+                       "GROUP BY price", PAPER, name="g", changes={"parts": ["update:price"]})
+    mx = idivm.plan("SELECT did, max(price) AS m FROM parts NATURAL JOIN devices_parts "
+                    "GROUP BY did", PAPER, name="m", changes={"parts": ["update:price"]})
+    for p in (group, mx):
+        assert not p.composition.direct
+        assert [s for s in p.statements if getattr(s, "phase", None) == "snapshot"]

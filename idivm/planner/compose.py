@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -20,7 +20,16 @@ from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.instantiate import RuleDag
 from idivm.planner.model import DiffNode, NodeInfo, change_table, fit, post_name, pre_name
-from idivm.planner.ruleapi import c, exists, match, select, subquery, t, union_all
+from idivm.planner.ruleapi import (
+    c,
+    exists,
+    keeps_input_cache,
+    match,
+    select,
+    subquery,
+    t,
+    union_all,
+)
 from idivm.render import render
 from idivm.script import Apply, Compute, Statement
 
@@ -44,6 +53,8 @@ class Composition:
     applied: tuple[frozenset[int], ...]  # per statement: materialized nodes applied before it
     materialized: tuple[Materialized, ...]  # bottom-up; the view last
     via_root: Mapping[int, Mapping[str, str]]  # γ kept in the view: γ column → view column
+    # cache → its i-diffs read straight by the rule above, left out of its snapshots
+    direct: Mapping[int, frozenset[str]] = field(default_factory=dict)
 
 
 def store_name(view: str) -> str:
@@ -52,12 +63,6 @@ def store_name(view: str) -> str:
 
 def cache_name(view: str, nid: int) -> str:
     return fit(f"{view}__cache{nid}")
-
-
-def _has_join(node: A.Node) -> bool:
-    from idivm.rules import rule_for
-
-    return any(rule_for(n).combines for n in A.walk(node))
 
 
 def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
@@ -72,7 +77,7 @@ def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
         if not isinstance(n, A.Aggregate):
             continue
         child = n.child
-        if _has_join(child) and not infos[child.nid].multivalued:
+        if keeps_input_cache(child, infos[child.nid]):
             chosen[child.nid] = "cache: input of γ"
         path, p = [], parents.get(n.nid)
         while p is not None and isinstance(p, A.Project):
@@ -133,19 +138,27 @@ def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
         for d in seg:
             emit(Compute(d.name, d.query, f"{d.rule}  [{d.schema.describe()}]", "idiff"))
         target_diffs = dag.by_node.get(m.nid, ())
-        if m.role != "view":
-            emit(Compute(f"{m.name}__old", _snapshot(m, target_diffs),
-                         f"snapshot: rows of {m.name} its i-diffs touch (Input_pre)", "snapshot"))
+        direct = dag.direct.get(m.nid, frozenset()) if m.role != "view" else frozenset()
+        rest = tuple(d for d in target_diffs if d.name not in direct)
+        # a cache all of whose i-diffs the rule above reads straight has no snapshots
+        snapshots = m.role != "view" and (bool(rest) or not direct)
+        if snapshots:
+            emit(Compute(f"{m.name}__old", _snapshot(m, rest),
+                         f"snapshot: rows of {m.name} its i-diffs touch (Input_pre)"
+                         + (" but those only i-diffs read straight touch" if direct else ""),
+                         "snapshot"))
         for kind in ("del", "upd", "ins"):
             for d in target_diffs:
                 if d.schema.kind == kind:
                     emit(_apply(m, d))
         done.add(m.nid)
-        if m.role != "view":
+        if snapshots:
             emit(Compute(f"{m.name}__new", _post_of_touched(m, target_diffs),
                          f"snapshot: rows of {m.name} its i-diffs touch (Input_post), the "
                          "APPLYs replayed on the Input_pre snapshot", "snapshot"))
-    return Composition(tuple(stmts), tuple(applied), tuple(mats), via_root)
+    return Composition(tuple(stmts), tuple(applied), tuple(mats), via_root,
+                       {m.nid: dag.direct[m.nid] for m in mats
+                        if m.role != "view" and dag.direct.get(m.nid)})
 
 
 def touches(m_cols: tuple[str, ...], diffs: tuple[DiffNode, ...], alias: str,
@@ -280,6 +293,9 @@ class Resolver:
 
     def cache_pre(self, nid: int) -> exp.Expr:
         m = self.mats[nid]
+        if self.comp.direct.get(nid):
+            # its snapshots leave out the rows only i-diffs read straight touch
+            raise AssertionError(f"Input_pre of {m.name}, whose i-diffs are read straight")
         kept = select([(k, c(k, "x")) for k in m.columns], t(m.name, "x"),
                       exp.Not(this=exists(t(f"{m.name}__new", "n"),
                                           match([(k, k) for k in m.key], "x", "n",

@@ -8,7 +8,7 @@ operators' rules; an operator may emit several i-diffs for one input (e.g. σ tu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -34,6 +34,8 @@ class RuleDag:
     base: tuple[DiffNode, ...]  # the base-table i-diffs (§5 instances)
     by_node: Mapping[int, tuple[DiffNode, ...]]  # the i-diffs each operator outputs
     root: int
+    # operator → its i-diffs the rule above reads straight, outside the snapshots of its cache
+    direct: Mapping[int, frozenset[str]] = field(default_factory=dict)
 
 
 def base_query(schema: BaseSchema, catalog: Catalog) -> tuple[DiffSchema, exp.Select]:
@@ -154,4 +156,4 @@ def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[B
         if n.nid in parent:
             p, i = parent[n.nid]
             incoming[p.nid] += [(i, o) for o in by_node[n.nid]]
-    return RuleDag(dict(ctx.diffs), tuple(base), by_node, root.nid)
+    return RuleDag(dict(ctx.diffs), tuple(base), by_node, root.nid, dict(ctx.direct))

@@ -118,6 +118,15 @@ def merge_equiv(classes: Iterable[frozenset[str]], pairs: Iterable[tuple[str, st
     return tuple(frozenset(g) for g in groups if len(g) > 1)
 
 
+def keeps_input_cache(child: A.Node, info: NodeInfo) -> bool:
+    """§5: a γ's input is materialized as an operator cache when it combines rows of several
+    inputs (re-joining on every change would cost what the cache saves) and no many-to-many
+    join makes the cache multi-valued (§4 footnote 6)."""
+    from idivm.rules import rule_for
+
+    return any(rule_for(n).combines for n in A.walk(child)) and not info.multivalued
+
+
 # -- SQL builders (everything through sqlglot; identifiers always quoted) --------------------
 
 
@@ -195,6 +204,7 @@ class RuleContext:
         self.nodes = nodes
         self.infos = infos
         self.diffs: dict[str, DiffNode] = {}
+        self.direct: dict[int, frozenset[str]] = {}
         self._n = 0
 
     def cols(self, nid: int) -> tuple[str, ...]:
@@ -218,6 +228,12 @@ class RuleContext:
         d = DiffNode(f"d{self._n}", schema, query, rule, (), source)
         self.diffs[d.name] = d
         return d
+
+    def read_directly(self, nid: int, diffs: Sequence[DiffNode]) -> None:
+        """The rules read these i-diffs of operator ``nid`` straight (joined to its cache on
+        their IDs), not through the cache's before/after snapshots of the rows they touch
+        (``__old__N`` / ``__new__N``): pass 3 leaves them out of those snapshots."""
+        self.direct[nid] = frozenset(d.name for d in diffs)
 
     # relations
     def rel(self, d: DiffNode, alias: str) -> exp.Table:

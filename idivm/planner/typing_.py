@@ -101,6 +101,12 @@ def _common_type(branches: list[str | None]) -> str | None:
     return out
 
 
+def widened(arg_type: str | None) -> str | None:
+    """The type a difference of two values of ``arg_type`` is computed in so that it cannot
+    overflow where the values themselves do not (BIGINT for the 2- and 4-byte integers)."""
+    return "BIGINT" if _base(arg_type) in _INTEGERS else None
+
+
 def aggregate_type(func: str, arg_type: str | None) -> str | None:
     """The type of ``func`` (sum, avg, min, max, count, count_star) over ``arg_type``."""
     base = _base(arg_type)

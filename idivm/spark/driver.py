@@ -26,6 +26,7 @@ where they run do not matter.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from idivm.spark.storage import ApplyOp, apply_sql, on_ids
 DRIVER_MAX_CHANGES = 20_000
 # ... and never more than this many, whatever the estimates say (the i-diffs are in memory)
 DRIVER_CEILING = 1_000_000
+_BUCKET_DIR = re.compile(rf"{BUCKET}=(\d+)/")  # a staged file's bucket, from its path
 
 
 def duckdb_sql(query: exp.Expr) -> str:
@@ -148,6 +150,8 @@ class DriverRefresh:
         # by a staged post-state): a snapshot of one may read just some of those files
         self.stored_names: set[str] = set()
         self.partitions_read: dict[str, tuple[int, int]] = {}  # (buckets read, in all)
+        # a stored relation read as its post-state: its files by bucket
+        self.post_files: dict[str, dict[int, list[str]]] = {}
         self.con = duckdb.connect()
         self._held: list[Any] = []  # Arrow tables registered in DuckDB (kept alive)
         self.con.execute("SET threads = 2")
@@ -233,57 +237,85 @@ class DriverRefresh:
 
     def compute(self, s: Compute, known: Mapping[str, int] | None = None,
                 idle: bool = False) -> int:
-        """Run one statement into a temporary table; returns its rows. A snapshot of a stored
-        relation is read from the files of the buckets its i-diffs can touch (``_restrict``).
-        An ``idle`` statement (its i-diffs all empty) becomes an empty table of its columns:
-        the constant-false filter lets DuckDB plan it without reading any input."""
-        text = self._restricted_snapshot(s, known or {}) if s.phase == "snapshot" else None
-        body = text or self._text(s.name, lambda: s.query)
+        """Run one statement into a temporary table; returns its rows. A stored relation the
+        statement reads only where an i-diff names it is read from the files of the buckets
+        the i-diff can touch (``_restricted``). An ``idle`` statement (its i-diffs all empty)
+        becomes an empty table of its columns: the constant-false filter lets DuckDB plan it
+        without reading any input."""
+        body = None if idle else self._restricted(s, known or {})
+        body = body or self._text(s.name, lambda: s.query)
         if idle:
             body = f"SELECT * FROM ({body}) AS {_ident('__idle')} WHERE false"
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(s.name)} AS {body}")
         return 0 if idle else self.count(s.name)
 
-    def _restricted_snapshot(self, s: Compute, known: Mapping[str, int]) -> str | None:
-        """The text of a snapshot ``SELECT … FROM R AS x WHERE EXISTS (… d …) OR …`` over a
-        stored relation R reading only the files of the buckets its non-empty i-diffs name:
-        when each EXISTS equates R's bucket column with a column of its i-diff, a row outside
-        those buckets satisfies none of them. None when the query has another shape (then it
-        reads R whole)."""
-        q = prune_empty(s.query, frozenset(n for n, k in known.items() if k == 0))
-        src = q.args.get("from_") if isinstance(q, exp.Select) else None
-        where = q.args.get("where") if isinstance(q, exp.Select) else None
-        if src is None or where is None or q.args.get("joins") or \
-                not isinstance(src.this, exp.Table) or src.this.name not in self.stored_names:
-            return None
-        rel, alias = src.this.name, src.this.alias_or_name
+    def _bucket_files(self, rel: str) -> tuple[dict[int, list[str]], int, str] | None:
+        """A stored relation's files by bucket as DuckDB reads it now (its post-state once
+        its APPLYs are staged), the number of buckets and the bucket column; None when it is
+        not bucketed."""
         dt = self.stored(rel)
         layout = self.store.layout(rel, dt)
         col, n = layout.get("bucket_col"), int(layout.get("buckets") or 1)
         if col is None or n <= 1:
             return None
-        probes = _bucket_probes(where.this, alias, col)
-        if probes is None:
-            return None
-        hash_type = _arrow_type(dt, col)
-        hit: set[int] = set()
-        for diff, other in probes:
-            vals = self.con.execute(f"SELECT DISTINCT {_ident(other)} FROM {_ident(diff)}"
-                                    ).fetch_arrow_table().column(0).combine_chunks()
-            got = buckets(vals.cast(hash_type), n)
-            if got is None:
-                return None
-            hit.update(got)
-        files = [f["path"] for f in add_actions(dt) if _bucket_value(f) in hit]
-        self.partitions_read[rel] = (len(hit), n)
-        part = f"__idivm_part_{rel}"
-        cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
-        self._view(part, f"SELECT {cols} FROM {_files_sql(self.store.path(rel), files, False)}"
-                   if files else f"SELECT * FROM {_ident(rel)} WHERE false")
-        src.this.set("this", exp.to_identifier(part, quoted=True))
-        if not src.this.alias:
-            src.this.set("alias", exp.TableAlias(this=exp.to_identifier(rel, quoted=True)))
-        return duckdb_sql(q)
+        if rel in self.post_files:
+            return self.post_files[rel], n, col
+        by: dict[int, list[str]] = {}
+        for f in add_actions(dt):
+            by.setdefault(_bucket_value(f) or 0, []).append(
+                str(self.store.path(rel) / f["path"]))
+        return by, n, col
+
+    def _restricted(self, s: Compute, known: Mapping[str, int]) -> str | None:
+        """The statement's text reading each stored relation R only from the files of the
+        buckets its i-diffs name, where R is read as ``FROM R WHERE EXISTS (… d …) OR …`` (a
+        snapshot) or ``FROM R JOIN d ON R.b = d.x`` (an inner join with an i-diff) and b is R's
+        bucket column: a row outside those buckets satisfies no EXISTS and matches no i-diff
+        row. None when nothing is restricted (the statement's own text runs)."""
+        q = prune_empty(s.query, frozenset(n for n, k in known.items() if k == 0))
+        done = False
+        for sel in list(q.find_all(exp.Select)):
+            src = sel.args.get("from_")
+            if src is None or not isinstance(src.this, exp.Table):
+                continue
+            rel, alias = src.this.name, src.this.alias_or_name
+            if rel not in self.stored_names and rel not in self.post_files:
+                continue
+            where, joins = sel.args.get("where"), sel.args.get("joins")
+            layout = self._bucket_files(rel)
+            if layout is None:
+                continue
+            by_bucket, n, col = layout
+            probes: list[tuple[str, str]] | None = None
+            if joins:
+                probes = _join_probes(joins, alias, col, known)
+            elif where is not None:
+                probes = _bucket_probes(where.this, alias, col)
+            if probes is None:
+                continue
+            hash_type = _arrow_type(self.stored(rel), col)
+            hit: set[int] = set()
+            for diff, other in probes:
+                vals = self.con.execute(f"SELECT DISTINCT {_ident(other)} FROM {_ident(diff)}"
+                                        ).fetch_arrow_table().column(0).combine_chunks()
+                got = buckets(vals.cast(hash_type), n)
+                if got is None:
+                    break
+                hit.update(got)
+            else:
+                files = [f for b in sorted(hit) for f in by_bucket.get(b, [])]
+                self.partitions_read[rel] = (len(hit), n)
+                part = f"__idivm_part_{rel}_{len(self._held)}_{id(sel)}"
+                cols = ", ".join(_ident(f.name) for f in self.stored(rel).schema().fields
+                                 if f.name != BUCKET)
+                self._view(part, f"SELECT {cols} FROM {_files_sql(Path('/'), files, False)}"
+                           if files else f"SELECT * FROM {_ident(rel)} WHERE false")
+                src.this.set("this", exp.to_identifier(part, quoted=True))
+                if not src.this.alias:
+                    src.this.set("alias", exp.TableAlias(this=exp.to_identifier(rel,
+                                                                                quoted=True)))
+                done = True
+        return duckdb_sql(q) if done else None
 
     def stage(self, run: str, target: str, applies: Sequence[Apply], later_reads: bool
               ) -> tuple[list[int], int, list[int]]:
@@ -352,6 +384,15 @@ class DriverRefresh:
                               touched: set[int], staged: Sequence[str]) -> None:
         self.stored_names.discard(target)
         kept = [f["path"] for f in files if _bucket_value(f) not in touched]
+        by: dict[int, list[str]] = {}
+        for f in files:
+            if _bucket_value(f) not in touched:
+                by.setdefault(_bucket_value(f) or 0, []).append(
+                    str(self.store.path(target) / f["path"]))
+        for path in staged:
+            hit = _BUCKET_DIR.search(path)
+            by.setdefault(int(hit.group(1)) if hit else 0, []).append(path)
+        self.post_files[target] = by
         dt = self.stored(target)
         cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
         parts = []
@@ -390,6 +431,46 @@ def _bucket_probes(cond: exp.Expr, alias: str, col: str) -> list[tuple[str, str]
                 if isinstance(x, exp.Column) and isinstance(y, exp.Column) and \
                         x.table == alias and x.name == col and y.table == inner:
                     return [(src.this.name, y.name)]
+    return None
+
+
+def _join_probes(joins: Sequence[exp.Join], alias: str, col: str, known: Mapping[str, int]
+                 ) -> list[tuple[str, str]] | None:
+    """For ``FROM R AS alias [INNER] JOIN d … ON … alias.col = d.x …`` where ``d`` is an
+    i-diff (``known``), or a subquery selecting its column ``x`` from one: [(d, x)]."""
+    for j in joins:
+        if j.args.get("side") or j.args.get("kind") not in (None, "", "INNER") or \
+                j.args.get("on") is None:
+            continue
+        src = j.this
+        inner: dict[str, str] = {}
+        if isinstance(src, exp.Table):
+            diff, other = src.name, src.alias_or_name
+        elif isinstance(src, exp.Subquery) and isinstance(src.this, exp.Select) and \
+                not src.this.args.get("joins") and isinstance(
+                    (src.this.args.get("from_") or exp.From()).this, exp.Table):
+            diff, other = src.this.args["from_"].this.name, src.alias_or_name
+            for e in src.this.expressions:
+                if isinstance(e, exp.Alias) and isinstance(e.this, exp.Column):
+                    inner[e.alias] = e.this.name
+                elif isinstance(e, exp.Column):
+                    inner[e.name] = e.name
+        else:
+            continue
+        if diff not in known:
+            continue
+        on = j.args["on"]
+        for part in on.flatten() if isinstance(on, exp.And) else [on]:
+            if not isinstance(part, exp.EQ):
+                continue
+            for x, y in ((part.this, part.expression), (part.expression, part.this)):
+                if isinstance(x, exp.Column) and isinstance(y, exp.Column) and \
+                        x.table == alias and x.name == col and y.table == other:
+                    name = inner.get(y.name, y.name) if isinstance(src, exp.Subquery) \
+                        else y.name
+                    if isinstance(src, exp.Subquery) and y.name not in inner:
+                        continue
+                    return [(diff, name)]
     return None
 
 

@@ -249,22 +249,22 @@ class DriverRefresh:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(s.name)} AS {body}")
         return 0 if idle else self.count(s.name)
 
-    def _bucket_files(self, rel: str) -> tuple[dict[int, list[str]], int, str] | None:
-        """A stored relation's files by bucket as DuckDB reads it now (its post-state once
-        its APPLYs are staged), the number of buckets and the bucket column; None when it is
-        not bucketed."""
-        dt = self.stored(rel)
-        layout = self.store.layout(rel, dt)
+    def _bucketing(self, rel: str) -> tuple[str, int] | None:
+        """A stored relation's bucket column and number of buckets; None when unbucketed."""
+        layout = self.store.layout(rel, self.stored(rel))
         col, n = layout.get("bucket_col"), int(layout.get("buckets") or 1)
-        if col is None or n <= 1:
-            return None
+        return None if col is None or n <= 1 else (col, n)
+
+    def _bucket_files(self, rel: str) -> dict[int, list[str]]:
+        """A stored relation's files by bucket as DuckDB reads it now (its post-state once its
+        APPLYs are staged)."""
         if rel in self.post_files:
-            return self.post_files[rel], n, col
+            return self.post_files[rel]
         by: dict[int, list[str]] = {}
-        for f in add_actions(dt):
+        for f in add_actions(self.stored(rel)):
             by.setdefault(_bucket_value(f) or 0, []).append(
                 str(self.store.path(rel) / f["path"]))
-        return by, n, col
+        return by
 
     def _restricted(self, s: Compute, known: Mapping[str, int]) -> str | None:
         """The statement's text reading each stored relation R only from the files of the
@@ -282,10 +282,10 @@ class DriverRefresh:
             if rel not in self.stored_names and rel not in self.post_files:
                 continue
             where, joins = sel.args.get("where"), sel.args.get("joins")
-            layout = self._bucket_files(rel)
-            if layout is None:
+            bucketing = self._bucketing(rel)
+            if bucketing is None:
                 continue
-            by_bucket, n, col = layout
+            col, n = bucketing
             probes: list[tuple[str, str]] | None = None
             if joins:
                 probes = _join_probes(joins, alias, col, known)
@@ -303,6 +303,7 @@ class DriverRefresh:
                     break
                 hit.update(got)
             else:
+                by_bucket = self._bucket_files(rel)
                 files = [f for b in sorted(hit) for f in by_bucket.get(b, [])]
                 self.partitions_read[rel] = (len(hit), n)
                 part = f"__idivm_part_{rel}_{len(self._held)}_{id(sel)}"

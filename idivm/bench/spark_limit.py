@@ -34,7 +34,8 @@ from idivm.catalog import Catalog
 def _read(path: str | Path, columns: Sequence[str]) -> Any:
     from idivm.spark.delta import arrow, open_table
 
-    return arrow(open_table(path).to_pyarrow_table(columns=list(columns)))
+    # scan: the view's deletion vectors applied (to_pyarrow_table refuses them)
+    return arrow(open_table(path).scan(columns=list(columns)).read_all())
 
 
 def _multiset_minus(con: Any, left: Any, right: Any) -> Any:

@@ -7,14 +7,31 @@ No Delta jars are needed: Spark reads a table at a version through the list of i
 files), and writes new data files that a delta-rs transaction then commits.
 
 Caches and views are partitioned by ``__idivm_bucket = pmod(xxhash64(id), N)`` over an ID that
-their i-diffs name rows by, so a refresh rewrites only the files of the buckets its i-diffs
-touch. Stage writes their post-state where no reader sees it (files not in the log): Spark's
-writes under the warehouse's staging area, moved in at publish; the driver's straight into the
-table's bucket directories, named by the run, so publishing moves nothing (files placed by a
-run that never commits are deleted when the run is discarded). Publish commits the removal of
-the touched buckets' files and the addition of the staged ones as one Delta commit, carrying an
-application transaction (``idivm``, version = the table version it was staged against + 1), so
-publishing again after a crash commits nothing twice. Base tables keep the user's shape (no
+their i-diffs name rows by, so a refresh reads only the files of the buckets its i-diffs touch.
+It then writes in one of two ways:
+
+- **merge-on-read** (small refreshes on the driver, ``stage_dv``): the rows it changes or
+  deletes are marked in Delta *deletion vectors* (``idivm.spark.dv``) of the files that hold
+  them, and their new versions go into one new file of the partition ``__idivm_bucket=-1``
+  (``RECENT``: rows of any bucket, read by every restricted read); the commit carries a
+  change-data file (the marked rows as ``delete``, the added as ``insert``). A scattered batch
+  so costs a file and a few bitmaps instead of rewriting every file it touches;
+- **copy-on-write** (Spark refreshes, recomputations, and a driver refresh once merge-on-read's
+  leftovers would pass ``should_fold``): the post-state of every touched bucket is written
+  anew, together with the ``RECENT`` partition and every bucket with a marked file
+  (``folded``), whose rows go back to their buckets — so leftovers never outlive the next
+  copy-on-write refresh and reads stay bounded.
+
+Stage writes the new files where no reader sees them (files not in the log): Spark's writes
+under the warehouse's staging area, moved in at publish; the driver's straight into the table's
+bucket directories, named by the run, so publishing moves nothing (files placed by a run that
+never commits are deleted when the run is discarded). Publish commits the removals, the
+deletion vectors and the additions as one Delta commit, carrying an application transaction
+(``idivm``, version = the table version it was staged against + 1), so publishing again after
+a crash commits nothing twice; delta-rs writes no deletion vectors, so for tables that take
+them the commit's actions are written by ``dv.commit`` (a checkpoint every
+``CHECKPOINT_EVERY`` versions, as delta-rs's own commits do). Tables created before deletion
+vectors stay copy-on-write and are committed by delta-rs. Base tables keep the user's shape (no
 bucket column); changes handed to idivm as DataFrames are merged into them by delta-rs, which
 records row-level CDF.
 """
@@ -23,28 +40,35 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sqlglot import exp
 
 from idivm.errors import BackendError
 from idivm.planner.ruleapi import c, select, subquery, t, union_all
+from idivm.spark import dv
 from idivm.spark.storage import ApplyOp, StageResult, apply_sql, on_ids
 
 BUCKET = "__idivm_bucket"
 TXN_APP = "idivm"
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
+RECENT = -1  # the partition of the rows merge-on-read refreshes add (see ``stage_dv``)
+_BUCKET_SEGMENT = re.compile(rf"(?:^|/){BUCKET}=(-?\d+)/")
 STAGING = "_idivm_staging"  # under the warehouse root, never inside a table's directory
 PLACED = "_placed.json"  # files a run wrote straight into a table, listed before they exist
 # A refresh whose touched buckets hold at most this many rows writes them from the driver (one
 # Arrow batch, split per bucket): Spark's partitioned writer costs ~20 ms per directory, which
 # dominates a small refresh that touches a few hundred buckets.
 DRIVER_WRITE_ROWS = 2_000_000
+CHECKPOINT_EVERY = 100  # a checkpoint of a stored relation's log every this many commits
 
 
 class DeltaError(BackendError):
@@ -96,7 +120,8 @@ def delta_rows(path: str | os.PathLike[str], columns: Sequence[str],
                version: int | None = None) -> list[tuple[Any, ...]]:
     """The rows of a Delta table's ``columns`` read by delta-rs alone (no Spark), as tuples:
     what any other Delta reader sees."""
-    table = arrow(open_table(path, version).to_pyarrow_table(columns=list(columns)))
+    reader = open_table(path, version).scan(columns=list(columns))  # reads deletion vectors
+    table = arrow(reader.read_all())
     return list(zip(*(table.column(k).to_pylist() for k in columns), strict=True))
 
 
@@ -111,11 +136,43 @@ def add_actions(dt: Any) -> list[dict[str, Any]]:
     return list(arrow(dt.get_add_actions(flatten=True)).to_pylist())
 
 
-def read_files(spark: Any, root: Path, files: Sequence[str], schema: Any) -> Any:
+def read_files(spark: Any, root: Path, files: Sequence[str], schema: Any,
+               deleted: Mapping[str, Sequence[int]] | None = None) -> Any:
     """Rows of some files of a table at ``root`` (hive-style partition directories, as every
-    Delta writer lays them out), with the table's Spark ``schema``."""
+    Delta writer lays them out), with the table's Spark ``schema``, without the rows their
+    deletion vectors delete (``deleted``: file path as in ``files`` → row positions)."""
     if not files:
         return spark.createDataFrame([], schema)
+    df = _read_parquet(spark, root, files, schema)
+    listed = set(files)
+    gone = [(f, rows) for f, rows in (deleted or {}).items() if rows and f in listed]
+    if not gone:
+        return df
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    # a row is named by its file (leaf name and bucket: leaf names repeat across buckets) and
+    # its position in the file, as Spark's _metadata reports them
+    keys = [(_bucket_of_path(f), f.rpartition("/")[2]) for f, _ in gone]
+    marks = spark.createDataFrame(pa.table({
+        "__dv_bucket": pa.array([k[0] for k, (_, rows) in zip(keys, gone, strict=True)
+                                 for _ in rows], pa.int32()),
+        "__dv_file": [k[1] for k, (_, rows) in zip(keys, gone, strict=True) for _ in rows],
+        "__dv_row": pa.array([int(r) for _, rows in gone for r in rows], pa.int64())}))
+    named = df.select("*", F.col("_metadata.file_name").alias("__dv_name"),
+                      F.col("_metadata.row_index").alias("__dv_index"))
+    bucket = F.col(BUCKET) if BUCKET in df.columns else F.lit(None).cast("int")
+    on = (named["__dv_name"] == marks["__dv_file"]) & (named["__dv_index"] == marks["__dv_row"]) \
+        & bucket.eqNullSafe(marks["__dv_bucket"])
+    return named.join(F.broadcast(marks), on, "left_anti").drop("__dv_name", "__dv_index")
+
+
+def _bucket_of_path(path: str) -> int | None:
+    hit = _BUCKET_SEGMENT.search(path)
+    return int(hit.group(1)) if hit else None
+
+
+def _read_parquet(spark: Any, root: Path, files: Sequence[str], schema: Any) -> Any:
     paths = [f if "://" in f or f.startswith("/") else str(root / f) for f in files]
     reader = spark.read.schema(schema).option("basePath", str(root))
     jvm = getattr(spark, "_jvm", None)
@@ -150,7 +207,12 @@ class DeltaStore:
         self.rows_per_bucket = rows_per_bucket
         self.max_buckets = max_buckets
         self.fixed_buckets = buckets
+        # merge-on-read's leftovers (rows in RECENT, rows deletion vectors delete) a
+        # relation may hold before a copy-on-write refresh folds them (None: ``should_fold``)
+        self.fold_rows: int | None = None
         self._reads: dict[tuple[str, int], Any] = {}  # DataFrame per (relation, version)
+        self._files: dict[tuple[str, int], list[dict[str, Any]]] = {}  # live files per version
+        self._dvs: dict[str, dv.LiveDVs] = {}  # per relation: descriptors at a recent version
 
     # -- layout -------------------------------------------------------------------------------
     def path(self, name: str) -> Path:
@@ -213,7 +275,8 @@ class DeltaStore:
         schema = _delta().Schema.from_arrow(arrow_schema(df.schema))
         create_table_with_add_actions(str(path), schema, [_add(a) for a in adds],
                                       mode="overwrite", partition_by=partition or None,
-                                      configuration=CDF_ON,
+                                      # a base table stays readable as plain parquet
+                                      configuration=CDF_ON | (dv.ENABLE if partition else {}),
                                       description=json.dumps({"idivm": layout}))
         shutil.rmtree(self.root / STAGING / run, ignore_errors=True)
 
@@ -225,10 +288,53 @@ class DeltaStore:
         dt = self.table(name, version)
         v = int(dt.version())
         if (name, v) not in self._reads:
+            files = self.files(name, dt)
             self._reads[(name, v)] = read_files(self.spark, self.path(name),
-                                                [a["path"] for a in add_actions(dt)],
-                                                self.spark_schema(name, dt))
+                                                [a["path"] for a in files],
+                                                self.spark_schema(name, dt), deleted_of(files))
         return self._reads[(name, v)]
+
+    @staticmethod
+    def merge_on_read(dt: Any) -> bool:
+        """Whether the table takes deletion vectors (stored relations created since they
+        were introduced; older ones stay copy-on-write)."""
+        return dv.FEATURE in set(dt.protocol().reader_features or ())
+
+    def should_fold(self, files: Sequence[Mapping[str, Any]], batch: int) -> bool:
+        """Whether a refresh of ``batch`` rows should fold merge-on-read's leftovers (copy-on-
+        write) rather than add to them: when the rows in ``RECENT`` or the rows deletion
+        vectors delete would pass ``fold_rows``, by default the larger of a bucket's rows and
+        1/16 of the relation's — every read of the relation reads ``RECENT`` whole, and a
+        copy-on-write of the marked buckets then costs at most about as much again."""
+        live = sum(int(f.get("num_records") or 0) - len(f.get("deleted") or ()) for f in files)
+        recent = sum(int(f.get("num_records") or 0) - len(f.get("deleted") or ())
+                     for f in files if _bucket_value(f) == RECENT)
+        marked = sum(len(f.get("deleted") or ()) for f in files)
+        limit = self.fold_rows if self.fold_rows is not None else \
+            max(self.rows_per_bucket, live // 16)
+        return max(recent, marked) + batch > limit
+
+    def files(self, name: str, dt: Any = None) -> list[dict[str, Any]]:
+        """The live files of a stored relation (``add_actions``), each with ``dv``, its
+        deletion vector's descriptor (None if it has none), and ``deleted``, the row positions
+        that deletes."""
+        dt = dt or self.table(name)
+        key = (name, int(dt.version()))
+        if key not in self._files:
+            acts = add_actions(dt)
+            live: Mapping[str, Any] = {}
+            if self.merge_on_read(dt):
+                known = self._dvs.get(name)
+                got = dv.live_descriptors(self.path(name), key[1], known)
+                if known is None or got.version >= known.version:
+                    self._dvs[name] = got
+                live = got.descriptors
+            for a in acts:
+                d = live.get(a["path"]) or live.get(unquote(a["path"]))
+                a["dv"] = dict(d) if d else None
+                a["deleted"] = dv.read_dv(self.path(name), d) if d else []
+            self._files[key] = acts
+        return self._files[key]
 
     def version(self, name: str) -> int:
         return int(self.table(name).version())
@@ -240,6 +346,10 @@ class DeltaStore:
     def _forget(self, name: str) -> None:
         for k in [k for k in self._reads if k[0] == name]:
             del self._reads[k]
+        for k in [k for k in self._files if k[0] == name]:
+            del self._files[k]
+        if not self.exists(name):  # dropped or replaced: its log starts again
+            self._dvs.pop(name, None)
 
     # -- base-table changes (merged by delta-rs, which records row-level CDF) -------------------
     def merge_changes(self, name: str, effective: Any, key: Sequence[str],
@@ -301,12 +411,12 @@ class DeltaStore:
         schema = self.spark_schema(name, dt)
         fields = [f for f in schema.fields if f.name != BUCKET]
         cols = [f.name for f in fields]
-        files = add_actions(dt)
+        files = self.files(name, dt)
         n = int(layout["buckets"])
         if any(op.kind == "replace" for op in ops):
             if len(ops) != 1:
                 raise ValueError("a replace must be the only operation of its stage")
-            touched = list(range(n))
+            touched = sorted(set(range(n)) | folded(files))
             rows_df = ops[0].diff.select(*[c_.name for c_ in fields])
             per_op: list[int] = []
         else:
@@ -320,10 +430,13 @@ class DeltaStore:
                 op.diff.localCheckpoint(eager=True).createOrReplaceTempView(d)
                 named.append((op, d))
             touched, per_op = self._touched(layout, raw, named)
+            # copy-on-write folds what merge-on-read refreshes left: the rows they added and
+            # the files their deletion vectors mark
+            touched = sorted(set(touched) | folded(files))
             old = f"__idivm_old_{name}"
             read_files(self.spark, self.path(name),
                        [f["path"] for f in files if _bucket_value(f) in set(touched)],
-                       schema).createOrReplaceTempView(old)
+                       schema, deleted_of(files)).createOrReplaceTempView(old)
             q: exp.Select = select([(k, c(k, "r")) for k in cols], t(old, "r"))
             for i, (op, d) in enumerate(named):
                 q = apply_sql(q, op, d, cols, layout["key"], f"s{i}")
@@ -349,13 +462,13 @@ class DeltaStore:
 
         def post() -> Any:
             kept = [f["path"] for f in files if _bucket_value(f) not in set(touched)]
-            before = read_files(self.spark, self.path(name), kept, schema)
+            before = read_files(self.spark, self.path(name), kept, schema, deleted_of(files))
             placed = all(a.get("placed") for a in adds)
             staged = read_files(self.spark, self.path(name) if placed else out / "files",
                                 [a["path"] for a in adds], schema)
             return before.unionByName(staged).drop(BUCKET)
 
-        return StageResult(touched, n, per_op, post)
+        return StageResult([b for b in touched if b != RECENT], n, per_op, post)
 
     def _place(self, run: str, name: str, table: Any) -> list[dict[str, Any]]:
         """Write the rows of an Arrow table (with ``__idivm_bucket``) straight into the
@@ -379,9 +492,7 @@ class DeltaStore:
         hit = set(touched)
         info = {"base_version": int(dt.version()), "touched": list(touched),
                 "rows": sum(int(a["rows"]) for a in adds), "adds": list(adds),
-                "removes": [{"path": f["path"], "size": int(f["size_bytes"]),
-                             "bucket": _bucket_value(f)} for f in files
-                            if _bucket_value(f) in hit]}
+                "removes": [_remove_of(f) for f in files if _bucket_value(f) in hit]}
         (out / "_stage.json").write_text(json.dumps(info))
 
     def stage_arrow(self, run: str, name: str, dt: Any, touched: Sequence[int],
@@ -394,8 +505,66 @@ class DeltaStore:
             shutil.rmtree(out)
         out.mkdir(parents=True)
         adds = self._place(run, name, post)
-        self._record_stage(out, dt, touched, add_actions(dt), adds)
+        self._record_stage(out, dt, touched, self.files(name, dt), adds)
         return [str(self.path(name) / a["path"]) for a in adds]
+
+    def stage_dv(self, run: str, name: str, dt: Any, added: Any,
+                 deleted: Mapping[str, Sequence[int]], changes: Any) -> list[str]:
+        """Stage a merge-on-read refresh against the table version ``dt``: the rows
+        ``added`` (an Arrow table of the table's columns) in one new file of the ``RECENT``
+        partition, and for each file of ``deleted`` (path as in the log → row positions it
+        newly deletes) a deletion vector of those rows and the ones it deleted before, all in
+        one DV file; ``changes`` (the columns and ``_change_type``: the deleted rows as
+        ``delete``, the added as ``insert``) becomes the commit's change-data file. A file
+        all of whose rows are deleted is removed instead. Returns the added file's absolute
+        path (empty when nothing is added)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        out = self.staging(run, name)
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        root = self.path(name)
+        live = {f["path"]: f for f in self.files(name, dt)}
+        leaf = f"{run}-part-{uuid.uuid4().hex}.parquet"
+        data = f"{BUCKET}={RECENT}/{leaf}" if added.num_rows else None
+        cdc = f"_change_data/{BUCKET}={RECENT}/{leaf}" if changes.num_rows else None
+        positions = {p: sorted(set(live[p]["deleted"]) | set(rows))
+                     for p, rows in deleted.items() if rows}
+        gone = [p for p, rows in positions.items()
+                if len(rows) >= int(live[p].get("num_records") or 0) > 0]
+        kept = {p: rows for p, rows in positions.items() if p not in gone}
+        dv_uuid = uuid.uuid4()
+        dv_name = dv.dv_file(Path(), dv_uuid).as_posix() if kept else None
+        # every file this run writes is listed before it exists: a run that dies before its
+        # commit leaves nothing ``discard`` does not find
+        (out / PLACED).write_text(json.dumps([x for x in (data, cdc, dv_name) if x]))
+        adds = []
+        if data is not None:
+            (root / data).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(added, root / data)
+            adds.append({"path": data, "size": (root / data).stat().st_size,
+                         "rows": added.num_rows, "partition": {BUCKET: str(RECENT)},
+                         "placed": True})
+        change = None
+        if cdc is not None:
+            (root / cdc).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table(changes), root / cdc)
+            change = {"path": cdc, "size": (root / cdc).stat().st_size,
+                      "partition": {BUCKET: str(RECENT)}}
+        descriptors: dict[str, dict[str, Any]] = {}
+        if kept:
+            descriptors = dv.write_dvs(root, kept, dv_uuid)
+        marked = [{**_remove_of(live[p]), "rows": int(live[p].get("num_records") or 0),
+                   "new_dv": descriptors[p]} for p in kept]
+        info = {"base_version": int(dt.version()), "touched": sorted(
+                    {_bucket_value(live[p]) or 0 for p in positions}
+                    | ({RECENT} if data else set())),
+                "rows": added.num_rows, "adds": adds, "marked": marked,
+                "removes": [_remove_of(live[p]) for p in gone], "cdc": change}
+        (out / "_stage.json").write_text(json.dumps(info))
+        return [str(root / data)] if data else []
 
     def publish(self, run: str, name: str) -> None:
         """Commit a staged refresh: remove the touched buckets' files, add the staged ones, in
@@ -424,6 +593,12 @@ class DeltaStore:
                 os.replace(src, dest)
             adds.append({**a, "path": _dest(run, a["path"])})
         now = int(time.time() * 1000)
+        if self.merge_on_read(dt):  # delta-rs writes no deletion vectors: the actions by hand
+            dv.commit(self.path(name), target, _commit_actions(info, adds, run, target, now))
+            if target % CHECKPOINT_EVERY == 0:  # (delta-rs's own commits checkpoint likewise)
+                self.table(name).create_checkpoint()
+            self._forget(name)
+            return
         actions: list[Any] = [
             RemoveAction(r["path"], True, now, r["size"], {BUCKET: str(r["bucket"])})
             for r in info["removes"]]
@@ -456,6 +631,68 @@ class DeltaStore:
             return False
         target = int(json.loads((out / "_stage.json").read_text())["base_version"]) + 1
         return (self.table(out.name).transaction_version(TXN_APP) or -1) >= target
+
+
+def _remove_of(f: Mapping[str, Any]) -> dict[str, Any]:
+    """What the commit needs to remove a live file (its deletion vector names it too)."""
+    return {"path": f["path"], "size": int(f["size_bytes"]), "bucket": _bucket_value(f),
+            "dv": f.get("dv")}
+
+
+def _partition(bucket: Any) -> dict[str, str]:
+    return {} if bucket is None else {BUCKET: str(bucket)}
+
+
+def _commit_actions(info: Mapping[str, Any], adds: Sequence[Mapping[str, Any]], run: str,
+                    target: int, now: int) -> list[dict[str, Any]]:
+    """A staged refresh's commit as Delta log actions: the run's application transaction,
+    the files it removes, the files whose deletion vectors it replaces (removed with the old
+    DV, added with the new), the files it adds, its change-data file."""
+    def remove(r: Mapping[str, Any]) -> dict[str, Any]:
+        out = {"path": r["path"], "dataChange": True, "deletionTimestamp": now,
+               "extendedFileMetadata": True, "partitionValues": _partition(r["bucket"]),
+               "size": int(r["size"])}
+        return {"remove": out | ({"deletionVector": r["dv"]} if r.get("dv") else {})}
+
+    def add(path: str, partition: Mapping[str, str], size: int, rows: int,
+            descriptor: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        out = {"path": path, "partitionValues": dict(partition), "size": int(size),
+               "modificationTime": now, "dataChange": True,
+               "stats": json.dumps({"numRecords": int(rows)})}
+        return {"add": out | ({"deletionVector": dict(descriptor)} if descriptor else {})}
+
+    acts: list[dict[str, Any]] = [
+        {"commitInfo": {"timestamp": now, "operation": "WRITE", "engineInfo": "idivm",
+                        "operationParameters": {"mode": "Append"},
+                        "readVersion": int(info["base_version"]), "idivm_run": run}},
+        {"txn": {"appId": TXN_APP, "version": target, "lastUpdated": now}}]
+    acts += [remove(r) for r in info["removes"]]
+    for m in info.get("marked", ()):
+        acts += [remove(m), add(m["path"], _partition(m["bucket"]), m["size"], m["rows"],
+                                m["new_dv"])]
+    acts += [add(a["path"], a["partition"], a["size"], a["rows"]) for a in adds]
+    if info.get("cdc"):
+        c_ = info["cdc"]
+        acts.append({"cdc": {"path": c_["path"], "partitionValues": dict(c_["partition"]),
+                             "size": int(c_["size"]), "dataChange": False}})
+    return acts
+
+
+def folded(files: Sequence[Mapping[str, Any]]) -> set[int]:
+    """The buckets a copy-on-write refresh rewrites besides those it touches: the ``RECENT``
+    partition and every bucket with a file a deletion vector marks, so that merge-on-read's
+    leftovers never outlive the next copy-on-write refresh."""
+    out = set()
+    for f in files:
+        b = _bucket_value(f)
+        if b is not None and (b == RECENT or f.get("deleted")):
+            out.add(b)
+    return out
+
+
+def deleted_of(files: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """File path → the row positions its deletion vector deletes (files with one)."""
+    return {f["path"]: list(f["deleted"]) for f in files if f.get("deleted")}
 
 
 def quote_column(name: str) -> str:
@@ -516,21 +753,27 @@ def _bucket_runs(table: Any) -> list[tuple[int, int, int]]:
 def _write_buckets(table: Any, runs: Sequence[tuple[int, int, int]], root: Path,
                    paths: Sequence[str]) -> list[dict[str, Any]]:
     """One parquet file per bucket run of ``table`` (sorted by ``BUCKET``, which the files do
-    not store: it is the partition value) at ``root / path``; returns their adds."""
+    not store: it is the partition value) at ``root / path``; returns their adds. The files
+    are written by a thread per core (Arrow's parquet writer releases the GIL)."""
     import pyarrow.parquet as pq
 
     rows = table.drop_columns([BUCKET])
-    adds = []
-    for (b, start, n), rel in zip(runs, paths, strict=True):
+
+    def write(run: tuple[int, int, int], rel: str) -> dict[str, Any]:
+        b, start, n = run
         f = root / rel
         try:
             pq.write_table(rows.slice(start, n), f)
         except FileNotFoundError:  # a bucket directory the table has no file in yet
             f.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(rows.slice(start, n), f)
-        adds.append({"path": rel, "size": f.stat().st_size, "rows": n,
-                     "partition": {BUCKET: str(b)}})
-    return adds
+        return {"path": rel, "size": f.stat().st_size, "rows": n,
+                "partition": {BUCKET: str(b)}}
+
+    if len(runs) < 4:
+        return [write(r, rel) for r, rel in zip(runs, paths, strict=True)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(write, runs, paths))
 
 
 def _dest(run: str, rel: str) -> str:

@@ -12,11 +12,15 @@ DuckDB on the driver instead:
 - each statement is the Spark SQL text of the Δ-script transpiled to DuckDB by sqlglot (Spark's
   semantics: ``/`` is a fractional division, a failed cast is NULL), materialized as a
   temporary table;
-- each target's APPLYs rewrite the buckets they touch: the post-state of those buckets is
-  computed in DuckDB and written by pyarrow, one file per bucket, into the same staging area
-  and ``_stage.json`` the Spark path writes, so the manifest, the publish and the crash
-  recovery are the Spark path's. An inserted row's bucket is Spark's
-  ``pmod(xxhash64(id), N)`` (``idivm.spark.sparkhash``), so either engine finds it later.
+- each target's APPLYs are staged merge-on-read: the post-state of the rows read (the touched
+  buckets' and ``RECENT``'s, each with its file and position) is compared with those rows;
+  unchanged rows stay, the others are marked in deletion vectors and their new versions written
+  in one file (``DeltaStore.stage_dv``). Past ``DeltaStore.should_fold`` (or for a table
+  without deletion vectors) the touched buckets and merge-on-read's leftovers are written anew
+  instead, one file per bucket. Either way the same ``_stage.json`` the Spark path writes
+  records the commit, so the manifest, the publish and the crash recovery are the Spark path's.
+  A row's bucket is Spark's ``pmod(xxhash64(id), N)`` (``idivm.spark.sparkhash``), so either
+  engine finds it later.
 
 Assumed: the warehouse and the base tables are on a file system the driver reads and writes
 (``choose_engine`` picks Spark otherwise, and for base tables with partition columns or bucket
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -43,7 +47,7 @@ from idivm.planner.prune import prune_empty, reads_only_empty
 from idivm.planner.ruleapi import c, select, t
 from idivm.script import Apply, Compute, adapt, apply_run, reads
 from idivm.spark import changes as cdf
-from idivm.spark.delta import BUCKET, DeltaStore, _bucket_value, add_actions
+from idivm.spark.delta import BUCKET, RECENT, DeltaStore, _bucket_value, add_actions, folded
 from idivm.spark.sparkhash import bucket_function, buckets
 from idivm.spark.storage import ApplyOp, apply_sql, on_ids
 
@@ -53,7 +57,7 @@ from idivm.spark.storage import ApplyOp, apply_sql, on_ids
 DRIVER_MAX_CHANGES = 20_000
 # ... and never more than this many, whatever the estimates say (the i-diffs are in memory)
 DRIVER_CEILING = 1_000_000
-_BUCKET_DIR = re.compile(rf"{BUCKET}=(\d+)/")  # a staged file's bucket, from its path
+_BUCKET_DIR = re.compile(rf"{BUCKET}=(-?\d+)/")  # a staged file's bucket, from its path
 
 
 def duckdb_sql(query: exp.Expr) -> str:
@@ -87,12 +91,39 @@ def _ident(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql("duckdb")
 
 
-def _files_sql(root: Path, paths: Sequence[str], hive: bool) -> str:
-    """``read_parquet`` of some files of a table, as a FROM item."""
+def _files_sql(root: Path, paths: Sequence[str], hive: bool, positions: bool = False) -> str:
+    """``read_parquet`` of some files of a table, as a FROM item; with ``positions``, each
+    row's file (``filename``, the path as given) and position in it (``file_row_number``)."""
     files = exp.Array(expressions=[exp.Literal.string(p if p.startswith("/") else
                                                       str(root / p)) for p in paths])
     opts = ", hive_partitioning = true" if hive else ", hive_partitioning = false"
+    if positions:
+        opts += ", filename = true, file_row_number = true"
     return f"read_parquet({files.sql('duckdb')}{opts})"
+
+
+@dataclass(frozen=True)
+class LiveFiles:
+    """A stored relation's rows as DuckDB reads them: its files by bucket (absolute paths;
+    ``RECENT``: the rows merge-on-read refreshes added, in any bucket) and the row positions
+    their deletion vectors delete."""
+
+    by_bucket: Mapping[int, Sequence[str]]
+    deleted: Mapping[str, Sequence[int]]
+
+    @staticmethod
+    def of(root: Path, files: Sequence[Mapping[str, Any]]) -> LiveFiles:
+        by: dict[int, list[str]] = {}
+        for f in files:
+            b = _bucket_value(f)
+            by.setdefault(0 if b is None else b, []).append(str(root / f["path"]))
+        return LiveFiles(by, {str(root / f["path"]): list(f["deleted"])
+                              for f in files if f.get("deleted")})
+
+    def paths(self, buckets: Iterable[int] | None = None) -> list[str]:
+        """The files of ``buckets`` (all when None) and always those of ``RECENT``."""
+        keys = sorted(self.by_bucket) if buckets is None else sorted(set(buckets) | {RECENT})
+        return [f for b in keys for f in self.by_bucket.get(b, ())]
 
 
 @dataclass(frozen=True)
@@ -130,14 +161,21 @@ def base_eligible(locations: Mapping[str, str], heads: Mapping[str, Any]) -> Eli
     return Eligibility(True, "")
 
 
+def driver_database() -> Any:
+    """An in-memory DuckDB database for driver refreshes (each refresh opens a connection)."""
+    import duckdb
+
+    db = duckdb.connect()
+    db.execute("SET threads = 2")
+    return db
+
+
 class DriverRefresh:
     """One refresh's Δ-script in DuckDB; ``run`` stages every target like the Spark path."""
 
     def __init__(self, catalog: Catalog, store: DeltaStore, locations: Mapping[str, str],
                  heads: Mapping[str, Any], step: Callable[[str], None],
-                 texts: dict[str, str] | None = None) -> None:
-        import duckdb
-
+                 texts: dict[str, str] | None = None, db: Any = None) -> None:
         # DuckDB text of the plan's statements, kept by the caller across refreshes
         self.texts: dict[str, str] = {} if texts is None else texts
         self.catalog = catalog
@@ -150,11 +188,13 @@ class DriverRefresh:
         # by a staged post-state): a snapshot of one may read just some of those files
         self.stored_names: set[str] = set()
         self.partitions_read: dict[str, tuple[int, int]] = {}  # (buckets read, in all)
-        # a stored relation read as its post-state: its files by bucket
-        self.post_files: dict[str, dict[int, list[str]]] = {}
-        self.con = duckdb.connect()
+        # a stored relation read as its post-state: its files and deletion vectors
+        self.post_files: dict[str, LiveFiles] = {}
+        # a connection of its own to the maintainer's DuckDB database (``driver_database``):
+        # its temporary tables and registered Arrow tables go with it at ``close``; opening a
+        # database costs ~25 ms, a connection to one well under 1 ms
+        self.con = (db or driver_database()).cursor()
         self._held: list[Any] = []  # Arrow tables registered in DuckDB (kept alive)
-        self.con.execute("SET threads = 2")
         self.con.execute("SET TimeZone = 'UTC'")
 
     def stored(self, name: str) -> Any:
@@ -194,12 +234,42 @@ class DriverRefresh:
     def _register_stored(self, name: str) -> None:
         """A cache or the view as its live files (without the bucket column)."""
         dt = self.stored(name)
-        files = [a["path"] for a in add_actions(dt)]
+        live = self._live(name)
         cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
-        body = (f"SELECT {cols} FROM {_files_sql(self.store.path(name), files, False)}"
-                if files else self._empty_of(dt))
-        self._view(name, body)
+        paths = live.paths()
+        self._view(name, self._live_sql(cols, paths, False, live.deleted)
+                   if paths else self._empty_of(dt))
         self.stored_names.add(name)
+
+    def _live(self, rel: str) -> LiveFiles:
+        """A stored relation's files as DuckDB reads it now (its post-state once its APPLYs
+        are staged)."""
+        if rel in self.post_files:
+            return self.post_files[rel]
+        return LiveFiles.of(self.store.path(rel), self.store.files(rel, self.stored(rel)))
+
+    def _live_sql(self, cols: str, paths: Sequence[str], hive: bool,
+                  deleted: Mapping[str, Sequence[int]], positions: bool = False) -> str:
+        """``SELECT cols`` of the rows of some files (absolute paths) that their deletion
+        vectors (``deleted``) keep; with ``positions``, also each row's ``__file`` and
+        ``__pos``."""
+        listed = set(paths)
+        gone = {f: rows for f, rows in deleted.items() if rows and f in listed}
+        if not gone and not positions:
+            return f"SELECT {cols} FROM {_files_sql(Path('/'), paths, hive)}"
+        extra = ", filename AS __file, file_row_number AS __pos" if positions else ""
+        body = (f"SELECT {cols}{extra} FROM {_files_sql(Path('/'), paths, hive, True)} "
+                "AS __r")
+        if gone:
+            import pyarrow as pa
+
+            holder = f"__idivm_dv_{len(self._held)}"
+            self._hold(holder, pa.table({
+                "__f": [f for f, rows in gone.items() for _ in rows],
+                "__p": pa.array([int(r) for rows in gone.values() for r in rows], pa.int64())}))
+            body += (f" WHERE NOT EXISTS (SELECT 1 FROM {_ident(holder)} AS __g WHERE "
+                     "__g.__f = __r.filename AND __g.__p = __r.file_row_number)")
+        return body
 
     def register_changes(self, p: Plan, feeds: Mapping[str, Any]) -> dict[str, int]:
         """Each base table's folded change table; returns rows per change table."""
@@ -255,17 +325,6 @@ class DriverRefresh:
         col, n = layout.get("bucket_col"), int(layout.get("buckets") or 1)
         return None if col is None or n <= 1 else (col, n)
 
-    def _bucket_files(self, rel: str) -> dict[int, list[str]]:
-        """A stored relation's files by bucket as DuckDB reads it now (its post-state once its
-        APPLYs are staged)."""
-        if rel in self.post_files:
-            return self.post_files[rel]
-        by: dict[int, list[str]] = {}
-        for f in add_actions(self.stored(rel)):
-            by.setdefault(_bucket_value(f) or 0, []).append(
-                str(self.store.path(rel) / f["path"]))
-        return by
-
     def _restricted(self, s: Compute, known: Mapping[str, int]) -> str | None:
         """The statement's text reading each stored relation R only from the files of the
         buckets its i-diffs name, where R is read as ``FROM R WHERE EXISTS (… d …) OR …`` (a
@@ -303,13 +362,13 @@ class DriverRefresh:
                     break
                 hit.update(got)
             else:
-                by_bucket = self._bucket_files(rel)
-                files = [f for b in sorted(hit) for f in by_bucket.get(b, [])]
+                live = self._live(rel)
+                files = live.paths(hit)
                 self.partitions_read[rel] = (len(hit), n)
                 part = f"__idivm_part_{rel}_{len(self._held)}_{id(sel)}"
                 cols = ", ".join(_ident(f.name) for f in self.stored(rel).schema().fields
                                  if f.name != BUCKET)
-                self._view(part, f"SELECT {cols} FROM {_files_sql(Path('/'), files, False)}"
+                self._view(part, self._live_sql(cols, files, False, live.deleted)
                            if files else f"SELECT * FROM {_ident(rel)} WHERE false")
                 src.this.set("this", exp.to_identifier(part, quoted=True))
                 if not src.this.alias:
@@ -320,7 +379,14 @@ class DriverRefresh:
 
     def stage(self, run: str, target: str, applies: Sequence[Apply], later_reads: bool
               ) -> tuple[list[int], int, list[int]]:
-        """Stage the APPLYs on ``target``: (touched buckets, buckets in all, rows per op)."""
+        """Stage the APPLYs on ``target``: (buckets whose files it replaces or marks, buckets
+        in all, rows per op).
+
+        Merge-on-read (``DeltaStore.stage_dv``): the rows the APPLYs change or delete are
+        marked in deletion vectors and their new versions written in one file. Copy-on-write
+        instead (``stage_arrow``: the touched buckets written anew, with the leftovers of
+        merge-on-read, ``folded``) when the table predates deletion vectors or its leftovers
+        would outgrow ``DeltaStore.should_fold`` with this batch."""
         import pyarrow as pa
 
         dt = self.stored(target)
@@ -329,16 +395,21 @@ class DriverRefresh:
         fields = [f for f in schema if f.name != BUCKET]
         cols = [f.name for f in fields]
         col, n = layout["bucket_col"], int(layout["buckets"])
-        files = add_actions(dt)
+        files = self.store.files(target, dt)
+        root = self.store.path(target)
+        live = LiveFiles.of(root, files)
+        all_cols = [*cols, BUCKET]
+        listed = ", ".join(_ident(k) for k in all_cols)
         raw = f"__idivm_raw_{target}"
-        paths = [f["path"] for f in files]
-        self._view(raw, f"SELECT * FROM {_files_sql(self.store.path(target), paths, True)}"
+        self._view(raw, self._live_sql(listed, live.paths(), True, live.deleted)
                    if files else f"SELECT *, CAST(NULL AS INTEGER) AS {_ident(BUCKET)} FROM "
                    f"{_ident(target)} WHERE false")
         touched: set[int] = set()
         per_op: list[int] = []
         named: list[tuple[ApplyOp, str]] = []
         hash_type = schema.field(col).type
+        sizes = [self.count(a.diff) for a in applies]
+        mor = self.store.merge_on_read(dt) and not self.store.should_fold(files, sum(sizes))
         for i, a in enumerate(applies):
             d = f"__idivm_op{i}_{target}"
             if a.kind == "ins":
@@ -347,6 +418,9 @@ class DriverRefresh:
                 rows = rows.append_column(BUCKET, pa.array(
                     buckets(rows.column(col).combine_chunks().cast(hash_type), n) or [],
                     type=pa.int32()))
+                if mor:  # an inserted row comes from no file
+                    rows = rows.append_column("__file", pa.nulls(rows.num_rows, pa.string()))
+                    rows = rows.append_column("__pos", pa.nulls(rows.num_rows, pa.int64()))
                 self._hold(d, rows)
                 touched.update(rows.column(BUCKET).to_pylist())
                 per_op.append(rows.num_rows)
@@ -355,7 +429,7 @@ class DriverRefresh:
                                         f"{_ident(a.diff)}").fetch_arrow_table().column(0)
                 touched.update(buckets(vals.combine_chunks().cast(hash_type), n) or [])
                 self._view(d, f"SELECT * FROM {_ident(a.diff)}")
-                per_op.append(self.count(a.diff))
+                per_op.append(sizes[i])
             else:  # named by other IDs: the buckets of the rows they name
                 probe = select([(BUCKET, c(BUCKET, "r"))], t(raw, "r"), distinct=True).join(
                     t(a.diff, "d"), on=on_ids(a.ids, "r", "d", a.nullable),
@@ -363,50 +437,121 @@ class DriverRefresh:
                 got = self.con.execute(duckdb_sql(probe)).fetch_arrow_table().column(0).to_pylist()
                 touched.update(int(b) for b in got)
                 self._view(d, f"SELECT * FROM {_ident(a.diff)}")
-                per_op.append(self.count(a.diff))
+                per_op.append(sizes[i])
             named.append((ApplyOp(a.kind, None, a.ids, a.columns, a.nullable), d))
-        hit = sorted(touched)
+        # rows merge-on-read added may be named by a bucket's IDs: RECENT is always read
+        # (``LiveFiles.paths``); copy-on-write also rewrites the leftovers' buckets
+        touched |= set() if mor else folded(files)
         old = f"__idivm_old_{target}"
-        old_files = [f["path"] for f in files if _bucket_value(f) in touched]
-        self._view(old, f"SELECT * FROM {_files_sql(self.store.path(target), old_files, True)}"
-                   if old_files else f"SELECT * FROM {_ident(raw)} WHERE false")
-        all_cols = [*cols, BUCKET]
-        q: exp.Select = select([(k, c(k, "r")) for k in all_cols], t(old, "r"))
+        old_paths = live.paths(touched)
+        carried = [*all_cols, "__file", "__pos"] if mor else all_cols
+        empty = (", CAST(NULL AS VARCHAR) AS __file, CAST(NULL AS BIGINT) AS __pos"
+                 if mor else "")
+        body = (self._live_sql(listed, old_paths, True, live.deleted, positions=mor)
+                if old_paths else f"SELECT *{empty} FROM {_ident(raw)} WHERE false")
+        if mor:  # the rows no APPLY names stay as they are: only the named are compared
+            body = _named_rows(body, named, layout["key"]) or body
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(old)} AS {body}")
+        q: exp.Select = select([(k, c(k, "r")) for k in carried], t(old, "r"))
         for i, (op, d) in enumerate(named):
-            q = apply_sql(q, op, d, all_cols, layout["key"], f"s{i}")
-        post = self.con.execute(duckdb_sql(q)).fetch_arrow_table()
-        post = post.select(all_cols).cast(pa.schema([*fields, pa.field(BUCKET, pa.int32())]))
-        staged = self.store.stage_arrow(run, target, dt, hit, post)
-        if later_reads:  # later statements read the post-state
-            self._register_stored_post(target, files, touched, staged)
+            q = apply_sql(q, op, d, carried, layout["key"], f"s{i}")
+        typed = pa.schema([*fields, pa.field(BUCKET, pa.int32())])
+        if not mor:
+            post = self.con.execute(duckdb_sql(q)).fetch_arrow_table().select(all_cols)
+            # a row from RECENT goes back to its bucket
+            post = post.set_column(post.schema.get_field_index(BUCKET), BUCKET, pa.array(
+                buckets(post.column(col).combine_chunks().cast(hash_type), n) or [],
+                type=pa.int32())).cast(typed)
+            staged = self.store.stage_arrow(run, target, dt, sorted(touched), post)
+            if later_reads:  # later statements read the post-state
+                kept = [f for f in files if _bucket_value(f) not in touched]
+                after = LiveFiles.of(root, kept)
+                by = {b: list(v) for b, v in after.by_bucket.items()}
+                for path in staged:
+                    m = _BUCKET_DIR.search(path)
+                    by.setdefault(int(m.group(1)) if m else 0, []).append(path)
+                self._register_stored_post(target, LiveFiles(by, after.deleted))
+            return sorted(touched - {RECENT}), n, per_op
+        hit = self._stage_merge_on_read(run, target, dt, q, old, cols, fields, live, later_reads)
         return hit, n, per_op
 
-    def _register_stored_post(self, target: str, files: Sequence[Mapping[str, Any]],
-                              touched: set[int], staged: Sequence[str]) -> None:
+    def _stage_merge_on_read(self, run: str, target: str, dt: Any, q: exp.Select, old: str,
+                             cols: Sequence[str], fields: Sequence[Any], live: LiveFiles,
+                             later_reads: bool) -> list[int]:
+        """The post-state ``q`` of the rows read (``old``, with each row's ``__file`` and
+        ``__pos``) against them: an old row the post-state keeps unchanged stays where it is;
+        every other old row is deleted (its position in its file's deletion vector), every
+        other post-state row added. Returns the buckets whose files it marks."""
+        import pyarrow as pa
+
+        post, same = f"__idivm_post_{target}", f"__idivm_same_{target}"
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {_ident(post)} AS {duckdb_sql(q)}")
+        equal = " AND ".join(f"__p.{_ident(k)} IS NOT DISTINCT FROM __o.{_ident(k)}"
+                             for k in cols) or "true"
+        self.con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {_ident(same)} AS SELECT __p.__file, __p.__pos "
+            f"FROM {_ident(post)} AS __p JOIN {_ident(old)} AS __o ON __p.__file = __o.__file "
+            f"AND __p.__pos = __o.__pos WHERE {equal}")
+        listed = ", ".join(f"__x.{_ident(k)}" for k in cols)
+        unmatched = (f"NOT EXISTS (SELECT 1 FROM {_ident(same)} AS __s WHERE __s.__file = "
+                     "__x.__file AND __s.__pos = __x.__pos)")
+        gone = self.con.execute(f"SELECT __x.__file, __x.__pos, {listed} FROM {_ident(old)} "
+                                f"AS __x WHERE {unmatched}").fetch_arrow_table()
+        added = self.con.execute(f"SELECT {listed} FROM {_ident(post)} AS __x WHERE "
+                                 f"{unmatched}").fetch_arrow_table()
+        schema = pa.schema(list(fields))
+        added = added.select(list(cols)).cast(schema)
+        removed = gone.select(list(cols)).cast(schema)
+        kinds = pa.array(["delete"] * removed.num_rows + ["insert"] * added.num_rows)
+        changes = pa.concat_tables([removed, added]).append_column("_change_type", kinds)
+        root = self.store.path(target)
+        newly: dict[str, list[int]] = {}
+        for f, pos in zip(gone.column("__file").to_pylist(), gone.column("__pos").to_pylist(),
+                          strict=True):
+            newly.setdefault(f, []).append(int(pos))
+        relative = {Path(f).relative_to(root).as_posix(): rows for f, rows in newly.items()}
+        staged = self.store.stage_dv(run, target, dt, added, relative, changes)
+        if later_reads:
+            by = {b: list(v) for b, v in live.by_bucket.items()}
+            for path in staged:
+                by.setdefault(RECENT, []).append(path)
+            deleted = {f: sorted(set(live.deleted.get(f, ())) | set(rows))
+                       for f, rows in newly.items()}
+            self._register_stored_post(target, LiveFiles(by, {**live.deleted, **deleted}))
+        return sorted(b for b, paths in live.by_bucket.items()
+                      if b != RECENT and any(p in newly for p in paths))
+
+    def _register_stored_post(self, target: str, live: LiveFiles) -> None:
+        """Later statements read ``target`` as its staged post-state ``live``."""
         self.stored_names.discard(target)
-        kept = [f["path"] for f in files if _bucket_value(f) not in touched]
-        by: dict[int, list[str]] = {}
-        for f in files:
-            if _bucket_value(f) not in touched:
-                by.setdefault(_bucket_value(f) or 0, []).append(
-                    str(self.store.path(target) / f["path"]))
-        for path in staged:
-            hit = _BUCKET_DIR.search(path)
-            by.setdefault(int(hit.group(1)) if hit else 0, []).append(path)
-        self.post_files[target] = by
+        self.post_files[target] = live
         dt = self.stored(target)
         cols = ", ".join(_ident(f.name) for f in dt.schema().fields if f.name != BUCKET)
-        parts = []
-        if kept:
-            parts.append(f"SELECT {cols} FROM {_files_sql(self.store.path(target), kept, False)}")
-        if staged:
-            parts.append(f"SELECT {cols} FROM {_files_sql(Path('/'), list(staged), False)}")
-        self._view(target, " UNION ALL ".join(parts) if parts else self._empty_of(dt))
+        paths = live.paths()
+        self._view(target, self._live_sql(cols, paths, False, live.deleted)
+                   if paths else self._empty_of(dt))
 
     def _hold(self, name: str, table: Any) -> None:
         """An Arrow table as a DuckDB relation named ``name`` (kept alive until close)."""
         self._held.append(table)
         self.con.register(name, table)
+
+
+def _named_rows(body: str, named: Sequence[tuple[ApplyOp, str]], key: Sequence[str]
+                ) -> str | None:
+    """``body``'s rows that some APPLY names: a DELETE's or UPDATE's by its IDs, an insert's
+    (insert-or-replace) by the key. None when an UPDATE sets a column some APPLY names rows
+    by (a later APPLY could then name rows by their new values)."""
+    names = {k for op, _ in named for k in (key if op.kind == "ins" else op.ids)}
+    if any(op.kind == "upd" and set(op.columns) & names for op, _ in named):
+        return None
+    conds = [exp.Exists(this=select([("x", exp.Literal.number(1))], t(d, "__d")).where(
+        on_ids(key if op.kind == "ins" else op.ids, "__o", "__d", op.nullable)))
+        for op, d in named]
+    cond: exp.Expr = conds[0]
+    for other in conds[1:]:
+        cond = exp.Or(this=cond, expression=other)
+    return f"SELECT * FROM ({body}) AS __o WHERE {cond.sql('duckdb')}"
 
 
 def _bucket_probes(cond: exp.Expr, alias: str, col: str) -> list[tuple[str, str]] | None:

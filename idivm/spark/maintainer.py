@@ -126,6 +126,7 @@ class SparkMaintainer:
         self._plans: dict[str, Plan] = {}
         self._duckdb_texts: dict[str, dict[str, str]] = {}  # per view: its statements' text
         self._driver_ok: dict[str, driver.Eligibility] = {}  # per view: its stored relations
+        self._duckdb: Any = None  # the driver engine's DuckDB database, opened when first used
         self._schemas: dict[tuple[str, str], Any] = {}
         self._no_changes: dict[str, Any] = {}  # empty change table per base table (schema only)
         self._base: dict[str, tuple[int, Any]] = {}  # base table: (version, DataFrame) read
@@ -524,8 +525,10 @@ class SparkMaintainer:
         for t in p.tables:  # the user's table may have changed shape (as _register_base checks)
             if attached[t].get("delta"):
                 check_attachable(self.catalog.table(t), heads[t], locations[t])
+        if self._duckdb is None:
+            self._duckdb = driver.driver_database()
         d = driver.DriverRefresh(self.catalog, self.store, locations, heads, self._step,
-                                 self._duckdb_texts.setdefault(p.name, {}))
+                                 self._duckdb_texts.setdefault(p.name, {}), self._duckdb)
         try:
             return driver.run_script(
                 d, p, run, feeds, lambda one_row, known: self._instance_sizes(

@@ -254,6 +254,7 @@ class DeltaStore:
         if path.exists():
             shutil.rmtree(path)
         self._forget(name)
+        self._dvs.pop(name, None)  # its log starts again
         layout: dict[str, Any] = {"key": list(key)}
         run = uuid.uuid4().hex[:12]
         out = self.staging(run, name)
@@ -342,14 +343,13 @@ class DeltaStore:
     def drop(self, name: str) -> None:
         shutil.rmtree(self.path(name), ignore_errors=True)
         self._forget(name)
+        self._dvs.pop(name, None)
 
     def _forget(self, name: str) -> None:
         for k in [k for k in self._reads if k[0] == name]:
             del self._reads[k]
         for k in [k for k in self._files if k[0] == name]:
             del self._files[k]
-        if not self.exists(name):  # dropped or replaced: its log starts again
-            self._dvs.pop(name, None)
 
     # -- base-table changes (merged by delta-rs, which records row-level CDF) -------------------
     def merge_changes(self, name: str, effective: Any, key: Sequence[str],

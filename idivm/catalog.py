@@ -270,7 +270,7 @@ def _type_sql(datatype: exp.DataType) -> str:
     return text
 
 
-def _normalize_type(type_text: str) -> str:
+def normalize_type(type_text: str) -> str:
     """Canonical spelling of a type given as text; unknown (user-defined) types are kept."""
     try:
         return _type_sql(exp.DataType.build(type_text, dialect="postgres"))
@@ -455,7 +455,7 @@ def _reflect_table(insp: Any, dialect: Any, name: str, schema: str | None) -> Ta
             type_text = sa_type.compile(dialect=dialect)
         except Exception:  # NullType and some exotic types cannot compile
             type_text = str(sa_type)
-        columns.append(Column(col["name"], _normalize_type(type_text), bool(col["nullable"])))
+        columns.append(Column(col["name"], normalize_type(type_text), bool(col["nullable"])))
     fks = tuple(
         ForeignKey(
             tuple(fk["constrained_columns"]), fk["referred_table"], tuple(fk["referred_columns"])

@@ -107,17 +107,26 @@ def _pg_action(m: PostgresMaintainer, args: argparse.Namespace, console: Console
                       f"{len(p.materialized)} stored relation(s) in {m.companion}, "
                       f"{len(p.statements)} Δ-script statements")
     elif args.action == "maintain":
-        if not args.name:
-            raise IdivmError("maintain needs the view NAME")
+        if bool(args.name) == bool(args.all):
+            raise IdivmError("maintain needs the view NAME, or --all (every view)")
+        if args.all:
+            every = {k: v.as_dict() for k, v in m.maintain_all().items()}
+            if args.json:
+                sys.stdout.write(json.dumps(every, indent=2, default=str) + "\n")
+            for d in every.values() if not args.json else ():
+                console.print(_stats_table(d))
+            return
         stats = m.maintain(args.name)
         if args.json:
             sys.stdout.write(json.dumps(stats.as_dict(), indent=2, default=str) + "\n")
         else:
+            for up in stats.upstream.values():
+                console.print(_stats_table(up.as_dict()))
             console.print(_stats_table(stats.as_dict()))
     elif args.action == "drop-view":
         if not args.name:
             raise IdivmError("drop-view needs the view NAME")
-        m.drop_view(args.name)
+        m.drop_view(args.name, cascade=args.cascade)
         console.print(f"dropped view {m.schema}.{args.name}")
     else:
         rows = m.status(args.name)
@@ -146,12 +155,13 @@ def _stats_table(d: dict[str, Any]) -> Table:
 
 def _status_table(rows: list[dict[str, Any]], schema: str) -> Table:
     t = Table(title=f"idivm views in {schema}", title_style="bold")
-    for c in ("view", "created", "last maintained", "runs", "pending log rows"):
+    for c in ("view", "reads views", "created", "last maintained", "runs",
+              "pending log rows"):
         t.add_column(c)
     for r in rows:
         pending = ", ".join(f"{k}: {v}" for k, v in r["pending_log_rows"].items())
-        t.add_row(r["view"], r["created"], r["last_maintained"] or "never", str(r["runs"]),
-                  pending)
+        t.add_row(r["view"], ", ".join(r.get("upstream") or ()) or "-", r["created"],
+                  r["last_maintained"] or "never", str(r["runs"]), pending)
     return t
 
 
@@ -418,6 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="maintain/status: print JSON")
     p.add_argument("--strategy", choices=STRATEGIES, default="id",
                    help="create-view: " + strategy_help)
+    p.add_argument("--all", action="store_true",
+                   help="maintain: every view, in dependency order, in one transaction")
+    p.add_argument("--cascade", action="store_true",
+                   help="drop-view: also drop the views that read it")
     p.set_defaults(func=cmd_pg)
 
     spark_common = argparse.ArgumentParser(add_help=False)

@@ -46,13 +46,22 @@ class ViewQuery:
     sql: str
 
 
-def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres",
-               narrow: Catalog | None = None, schema: str | None = None) -> ViewQuery:
-    """The view's algebra. ``narrow``: the catalog restricted to the columns the view reads
-    (``plan.read_catalog``): names resolve in ``catalog``, scans carry ``narrow``'s columns
-    only, and a column outside them (a derived table's column nothing above reads) is a typed
-    NULL there, its value never reaching the view. ``schema``: the schema the catalog
-    describes; a table qualified by it is the catalog's, one qualified by another is refused."""
+def relations_read(sql: str, dialect: str = "postgres", schema: str | None = None
+                   ) -> set[str]:
+    """The names of the tables (or views) ``sql`` reads, folded as the dialect folds them
+    (WITH names are not among them)."""
+    tree = _parsed(sql, dialect)
+    tree = _inline_ctes(tree)
+    out = set()
+    for t in tree.find_all(exp.Table):
+        _unqualify(t, schema)
+        if t.name:
+            out.add(t.name)
+    return out
+
+
+def _parsed(sql: str, dialect: str) -> exp.Expr:
+    """The one SELECT query of ``sql``, its unquoted identifiers folded."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except ParseError as e:
@@ -63,7 +72,17 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres",
     if not isinstance(tree, exp.Query):
         raise UnsupportedSQL(tree.key.upper(), "a view is a SELECT query")
     # unquoted identifiers fold to lower case, quoted ones stay, as PostgreSQL reads them
-    tree = normalize_identifiers(tree, dialect=dialect)
+    return normalize_identifiers(tree, dialect=dialect)
+
+
+def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres",
+               narrow: Catalog | None = None, schema: str | None = None) -> ViewQuery:
+    """The view's algebra. ``narrow``: the catalog restricted to the columns the view reads
+    (``plan.read_catalog``): names resolve in ``catalog``, scans carry ``narrow``'s columns
+    only, and a column outside them (a derived table's column nothing above reads) is a typed
+    NULL there, its value never reaching the view. ``schema``: the schema the catalog
+    describes; a table qualified by it is the catalog's, one qualified by another is refused."""
+    tree = _parsed(sql, dialect)
     _refuse(tree)
     tree = _alias_tables(unnest.inline_constants(_inline_ctes(tree)))
     for t in tree.find_all(exp.Table):

@@ -179,11 +179,13 @@ def dollar_quote(body: str) -> str:
     return f"${tag}${body}${tag}$"
 
 
-def _function_bodies(schema: str, table_name: str, columns: Sequence[str]) -> dict[str, str]:
+def _function_bodies(schema: str, table_name: str, columns: Sequence[str],
+                     source: tuple[str, str] | None = None) -> dict[str, str]:
     log = exp.Table(this=_ident(log_table_name(table_name)), db=_ident(companion_schema(schema)))
     ins_new = _log_insert(log, columns, OP_INSERT, _NEW_ROWS)
     ins_old = _log_insert(log, columns, OP_DELETE, _OLD_ROWS)
-    base = exp.Table(this=_ident(table_name), db=_ident(schema))
+    home, rel = source or (schema, table_name)
+    base = exp.Table(this=_ident(rel), db=_ident(home))
     every = exp.select(exp.Literal.string(OP_DELETE), *[_col(c) for c in columns]).from_(base)
     truncated = exp.insert(every, log, columns=[_ident(OP), *[_ident(c) for c in columns]])
     return {
@@ -196,8 +198,9 @@ def _function_bodies(schema: str, table_name: str, columns: Sequence[str]) -> di
     }
 
 
-def _trigger_ddl(schema: str, table_name: str, kind: str) -> list[str]:
-    base = _qualified(schema, table_name)
+def _trigger_ddl(schema: str, table_name: str, kind: str,
+                 source: tuple[str, str] | None = None) -> list[str]:
+    base = _qualified(*(source or (schema, table_name)))
     func = _qualified(companion_schema(schema), _function_name(table_name, kind))
     trig = q(_KINDS[kind])
     # the arguments name the log and the table, for the DDL guard (pg_trigger.tgargs)
@@ -219,10 +222,15 @@ def _trigger_ddl(schema: str, table_name: str, kind: str) -> list[str]:
 
 
 def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
-            columns: Sequence[str] | None = None) -> None:
+            columns: Sequence[str] | None = None,
+            source: tuple[str, str] | None = None) -> None:
     """Log changes of ``table`` for ``view`` (the key and ``columns``, default all), from this
     transaction's snapshot on; the caller may move the watermark later (``advance``) within
     the transaction that reads the table's rows.
+
+    ``source`` (schema, relation): where the rows of ``table`` are written when that is not
+    ``schema.table`` itself — an idivm view read by another view is a PostgreSQL view over
+    its stored table, whose triggers fill the log of the view's name.
 
     The log is widened when ``columns`` holds columns it does not have yet. Reinstalling an
     already registered view resets its watermark.
@@ -231,11 +239,12 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
     log_name = log_table_name(table.name)
     for kind in _KINDS:
         _function_name(table.name, kind)
-    typed = column_types(conn, schema, table.name)
+    home, rel = source or (schema, table.name)
+    typed = column_types(conn, home, rel)
     wanted = list(table.column_names if columns is None else columns)
     missing = [c for c in [*table.primary_key, *wanted] if c not in typed]
     if missing:
-        raise CatalogError(f"table {schema}.{table.name} has no column(s) {', '.join(missing)}")
+        raise CatalogError(f"table {home}.{rel} has no column(s) {', '.join(missing)}")
     reserved = sorted(set(RESERVED) & set(typed))
     if reserved:
         raise CatalogError(
@@ -243,7 +252,7 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
         )
     # Atomic: a savepoint inside a caller's transaction, else a transaction of its own.
     with conn.transaction():
-        refuse_inheritance(conn, schema, table.name)
+        refuse_inheritance(conn, home, rel)
         lock_companion(conn, schema)
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(comp)}")
         conn.execute(
@@ -277,13 +286,13 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
                                  f"{q(c)} {typed[c]}")
         # the trigger DDL waits for in-flight writers of the table: rows they wrote before it
         # are in the snapshot the view is materialized in
-        for kind, body in _function_bodies(schema, table.name, logged).items():
+        for kind, body in _function_bodies(schema, table.name, logged, source).items():
             func = _qualified(comp, _function_name(table.name, kind))
             conn.execute(
                 f"CREATE OR REPLACE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql "
                 f"AS {dollar_quote(body)}"
             )
-            for ddl in _trigger_ddl(schema, table.name, kind):
+            for ddl in _trigger_ddl(schema, table.name, kind, source):
                 conn.execute(ddl)
         conn.execute(
             f"INSERT INTO {_registry_ref(schema)} (tbl, view, watermark) "

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from idivm import pipeline
 from idivm.catalog import Table
 from idivm.plan import Plan
 from idivm.planner.model import change_table, fit
@@ -496,10 +497,12 @@ def _analyze(r: Relation) -> str:
 
 def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  tables: Mapping[str, Table], fingerprints: Mapping[str, str],
-                 column_types: Mapping[str, Mapping[str, str]]) -> Compiled:
+                 column_types: Mapping[str, Mapping[str, str]],
+                 sources: Mapping[str, tuple[str, str]] | None = None) -> Compiled:
     """The view's maintenance and prune functions. ``tables``: each base table as the view
     reads it (key and read columns); ``fingerprints``: what ``table_fingerprint`` returned for
-    each at creation; ``column_types``: server type names of those columns."""
+    each at creation (of its ``sources`` relation, if it has one: the stored table of a view
+    read as a table); ``column_types``: server type names of those columns."""
     name = plan.name
     prefix = f"__iv{tag}_"
     function, prune_function = f"maintain__{tag}", f"prune__{tag}"
@@ -550,8 +553,9 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     # the base tables must still be what the view was planned over
     for t in base:
         cols = ", ".join(lit(c) for c in tables[t].column_names)
+        rel = lit(".".join(q(x) for x in (sources or {}).get(t, (schema, t))))
         body.append(
-            f"idivm__fp := {q(companion)}.table_fingerprint({lit(f'{q(schema)}.{q(t)}')}, "
+            f"idivm__fp := {q(companion)}.table_fingerprint({rel}, "
             f"ARRAY[{cols}]::text[]);\n"
             f"IF idivm__fp IS DISTINCT FROM {lit(fingerprints[t])} THEN\n"
             f"  RAISE EXCEPTION 'idivm: table %.% was altered, dropped or re-created, or its "
@@ -559,7 +563,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             f"maintained incrementally', {lit(schema)}, {lit(t)}, {lit(name)}\n"
             f"    USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
             f"create it again, which recomputes it';\nEND IF;\n"
-            f"IF NOT {q(companion)}.table_has_key({lit(f'{q(schema)}.{q(t)}')}, "
+            f"IF NOT {q(companion)}.table_has_key({rel}, "
             f"ARRAY[{', '.join(lit(k) for k in tables[t].primary_key)}]::text[]) THEN\n"
             f"  RAISE EXCEPTION 'idivm: table %.% has lost its primary key (or a unique index "
             f"over the same columns) since view % was created: it can no longer be maintained "
@@ -683,7 +687,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     body.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
     # log rows were read (even if they cancel out): the watermark moves past them
     body.append("IF idivm__folded THEN\n"
-                f"  UPDATE {q(companion)}.log_users SET watermark = pg_current_snapshot() "
+                f"  UPDATE {q(companion)}.log_users SET watermark = {q(companion)}.consumed() "
                 f"WHERE view = {lit(name)};\n"
                 f"  UPDATE {q(companion)}.views SET last_maintained = now(), runs = runs + 1 "
                 f"WHERE name = {lit(name)};\nEND IF;")
@@ -759,7 +763,25 @@ RETURNS boolean LANGUAGE sql STABLE AS $idivm$
             AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1])
             AND NOT (a.attname = ANY (keys) AND (a.attnotnull OR i.indnullsnotdistinct))))
 $idivm$"""
-    return f"{fingerprint};\n{has_key}"
+    # a view's watermark after its maintain: the snapshot it read in, in which this
+    # transaction's own writes count as seen — views maintained in one transaction read the
+    # changes their upstream views applied in it (their log rows carry this xid), and their
+    # next run must not read them again (xids between the snapshot's xmax and this one stay
+    # unseen, as they were)
+    consumed = f"""CREATE OR REPLACE FUNCTION {comp}.consumed()
+RETURNS pg_snapshot LANGUAGE sql VOLATILE AS $idivm$
+  SELECT CASE WHEN x IS NULL OR pg_visible_in_snapshot(x, s) THEN s ELSE (
+    pg_snapshot_xmin(s)::text || ':' ||
+    greatest(pg_snapshot_xmax(s)::text::numeric, x::text::numeric + 1)::text || ':' ||
+    coalesce((SELECT string_agg(v::text, ',' ORDER BY v) FROM (
+                SELECT i::text::numeric AS v FROM pg_snapshot_xip(s) AS i
+                UNION
+                SELECT generate_series(pg_snapshot_xmax(s)::text::numeric,
+                                       x::text::numeric - 1)) AS z
+              WHERE v <> x::text::numeric), ''))::pg_snapshot END
+  FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS x) AS t
+$idivm$"""
+    return f"{fingerprint};\n{has_key};\n{consumed}"
 
 
 COMMITTED_SETTING = "idivm.maintained"  # a maintain's statistics, set as it commits
@@ -773,68 +795,111 @@ def lock_relation(view: str) -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered view as the ``maintain`` procedure dispatches to it."""
+    """A registered view as the ``maintain`` procedure dispatches to it; ``tables``: the
+    relations it reads, base tables and ``upstream`` views alike."""
 
     name: str
     function: str
     prune_function: str
     tables: tuple[str, ...]
+    upstream: tuple[str, ...] = ()
+
+
+def _run_block(schema: str, companion: str, views: Mapping[str, Entry], order: Sequence[str],
+               result: str) -> str:
+    """Maintain the views of ``order`` (upstream first) in one REPEATABLE READ transaction —
+    one snapshot of the base tables for all of them; a view reads the changes its upstream
+    views applied in this transaction from their logs — then prune their logs. ``result``:
+    the statistics to return, from ``runs`` (view → its statistics)."""
+    comp = q(companion)
+    locks = ", ".join(f"{comp}.{q(lock_relation(v))}" for v in sorted(order))
+    base = sorted({t for v in order for t in views[v].tables if t not in views})
+    tables = ", ".join(f"{q(schema)}.{q(t)}" for t in base)
+    lock = f"LOCK TABLE {tables} IN ACCESS SHARE MODE;" if base else "NULL;"
+    runs = "\n".join(f"runs := runs || jsonb_build_object({lit(v)}, "
+                     f"{comp}.{q(views[v].function)}());" for v in order)
+    prunes = "\n".join(f"""IF (runs -> {lit(v)} ->> 'consumed')::boolean THEN
+  BEGIN
+    PERFORM {comp}.{q(views[v].prune_function)}();
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    RAISE WARNING 'idivm: view % was maintained, but pruning its change logs failed: %',
+      {lit(v)}, SQLERRM;
+  END;
+END IF;""" for v in order)
+    return f"""COMMIT;
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+-- maintains of one view run one at a time: a second waits here, before its snapshot (a
+-- static LOCK takes none), and the lock ends with the transaction, however it ends (views
+-- in name order: two pipelines sharing views wait for each other, never deadlock)
+LOCK TABLE {locks} IN EXCLUSIVE MODE;
+-- before the snapshot: a TRUNCATE (not MVCC-safe) or a table rewrite waits for this
+-- maintain, or commits before its snapshot and is seen whole; ordinary writers go on
+{lock}
+runs := '{{}}';
+{runs}
+stats := {result};
+-- transactional: the session keeps it only if this transaction commits, which tells a
+-- client interrupted from here on (statement_timeout, a cancel) that the run committed
+PERFORM set_config({lit(COMMITTED_SETTING)}, stats::text, false);
+COMMIT;
+-- consumed log rows go in a READ COMMITTED transaction of their own (where a concurrent
+-- prune by another view's maintain is no serialization failure); the maintenance has
+-- committed, so a failure here is only reported: the next run prunes
+{prunes}
+COMMIT;"""
 
 
 def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
     """The companion schema's ``maintain`` procedure, one static branch per view (regenerated
-    whenever a view is created, dropped or recompiled). Static, because a dynamically executed
-    CALL cannot commit, and a dynamically executed LOCK takes the snapshot before locking."""
+    whenever a view is created, dropped or recompiled), and ``maintain_all``. A view that
+    reads other views is maintained with them, upstream first, in one transaction. Static,
+    because a dynamically executed CALL cannot commit, and a dynamically executed LOCK takes
+    the snapshot before locking."""
     comp = q(companion)
+    by_name = {v.name: v for v in views}
+    upstream = {v.name: v.upstream for v in views}
     branches = []
     for v in views:
-        tables = ", ".join(f"{q(schema)}.{q(t)}" for t in v.tables)
-        lock = f"LOCK TABLE {tables} IN ACCESS SHARE MODE;" if v.tables else "NULL;"
+        order = pipeline.order(upstream, [v.name])
+        result = (f"(runs -> {lit(v.name)})" if len(order) == 1 else
+                  f"(runs -> {lit(v.name)}) || jsonb_build_object('upstream', "
+                  f"runs - {lit(v.name)})")
+        names = ", ".join(lit(n) for n in order)
         branches.append(f"""IF view = {lit(v.name)} THEN
-  COMMIT;
-  SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
-  -- maintains of one view run one at a time: a second waits here, before its snapshot (a
-  -- static LOCK takes none), and the lock ends with the transaction, however it ends
-  LOCK TABLE {comp}.{q(lock_relation(v.name))} IN EXCLUSIVE MODE;
-  -- before the snapshot: a TRUNCATE (not MVCC-safe) or a table rewrite waits for this
-  -- maintain, or commits before its snapshot and is seen whole; ordinary writers go on
-  {lock}
-  stats := {comp}.{q(v.function)}();
-  -- transactional: the session keeps it only if this transaction commits, which tells a
-  -- client interrupted from here on (statement_timeout, a cancel) that the run committed
-  PERFORM set_config({lit(COMMITTED_SETTING)}, stats::text, false);
-  COMMIT;
-  IF (stats ->> 'consumed')::boolean THEN
-    -- consumed log rows go in a READ COMMITTED transaction of their own (where a concurrent
-    -- prune by another view's maintain is no serialization failure); the maintenance has
-    -- committed, so a failure here is only reported: the next run prunes
-    BEGIN
-      PERFORM {comp}.{q(v.prune_function)}();
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      RAISE WARNING 'idivm: view % was maintained, but pruning its change logs failed: %',
-        view, SQLERRM;
-    END;
-    COMMIT;
+  IF version IS NOT NULL AND EXISTS (SELECT FROM {comp}.views v WHERE v.name IN ({names})
+                                     AND v.format_version IS DISTINCT FROM version) THEN
+    RAISE EXCEPTION 'idivm: view % (or a view it reads) was compiled by another idivm version',
+      view USING ERRCODE = '{STALE_CODE}';
   END IF;
+{_indent(_run_block(schema, companion, by_name, order, result), 2)}
   RETURN;
 END IF;""")
     body = f"""DECLARE
-  ver int;
+  runs jsonb;
 BEGIN
-  SELECT v.format_version INTO ver FROM {comp}.views v WHERE v.name = view;
-  IF NOT FOUND THEN
+  IF NOT EXISTS (SELECT FROM {comp}.views v WHERE v.name = view) THEN
     RAISE EXCEPTION 'idivm: no view % in schema %', view, {lit(schema)}
       USING ERRCODE = '{NO_VIEW}';
-  END IF;
-  IF version IS NOT NULL AND ver IS DISTINCT FROM version THEN
-    RAISE EXCEPTION 'idivm: view % was compiled by another idivm version', view
-      USING ERRCODE = '{STALE_CODE}';
   END IF;
 {_indent(chr(10).join(branches), 2)}
   RAISE EXCEPTION 'idivm: view % of schema % has no compiled code (create it again)', view,
     {lit(schema)} USING ERRCODE = '{STALE_CODE}';
 END"""
+    every = pipeline.order(upstream, by_name)
+    all_body = f"""DECLARE
+  runs jsonb;
+BEGIN
+  IF version IS NOT NULL AND EXISTS (SELECT FROM {comp}.views v
+                                     WHERE v.format_version IS DISTINCT FROM version) THEN
+    RAISE EXCEPTION 'idivm: a view of schema % was compiled by another idivm version',
+      {lit(schema)} USING ERRCODE = '{STALE_CODE}';
+  END IF;
+{_indent(_run_block(schema, companion, by_name, every, "jsonb_build_object('views', runs)"), 2)
+ if every else "  stats := jsonb_build_object('views', '{}'::jsonb);"}
+END"""
     return (f"CREATE OR REPLACE PROCEDURE {comp}.maintain(view text, INOUT stats jsonb "
             f"DEFAULT NULL, version int DEFAULT NULL) LANGUAGE plpgsql AS "
-            f"{dollar_quote(body)}")
+            f"{dollar_quote(body)};\n"
+            f"CREATE OR REPLACE PROCEDURE {comp}.maintain_all(INOUT stats jsonb DEFAULT NULL, "
+            f"version int DEFAULT NULL) LANGUAGE plpgsql AS {dollar_quote(all_body)}")
 

@@ -19,8 +19,10 @@ from typing import Any
 import psycopg
 from sqlglot import exp
 
-from idivm.catalog import Catalog
+from idivm import pipeline
+from idivm.catalog import Catalog, Table
 from idivm.errors import BackendError, IdivmError, MaintenanceError, UnsupportedSQL
+from idivm.frontend import relations_read
 from idivm.plan import Plan, plan
 from idivm.planner.model import MAX_IDENT, Strategy
 from idivm.postgres import changelog
@@ -49,11 +51,25 @@ class MaintenanceStats:
     applied_rows: dict[str, int] = field(default_factory=dict)  # "kind diff→target" → rows
     statement_seconds: list[tuple[str, float]] = field(default_factory=list)
     seconds: float = 0.0
+    # the views this one reads, maintained first in the same transaction: name → their stats
+    upstream: dict[str, MaintenanceStats] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, stats: Mapping[str, Any]) -> MaintenanceStats:
+        """From the statistics a compiled maintenance function returns."""
+        return cls(name, {k: int(v) for k, v in stats["changes"].items()},
+                   {k: int(v) for k, v in stats["idiff_rows"].items()},
+                   {k: int(v) for k, v in stats["applied_rows"].items()},
+                   [(str(k), float(v)) for k, v in stats["statement_seconds"]],
+                   float(stats.get("seconds") or 0.0))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"view": self.view, "changes": self.changes, "idiff_rows": self.idiff_rows,
-                "applied_rows": self.applied_rows, "seconds": self.seconds,
-                "statement_seconds": self.statement_seconds}
+        out = {"view": self.view, "changes": self.changes, "idiff_rows": self.idiff_rows,
+               "applied_rows": self.applied_rows, "seconds": self.seconds,
+               "statement_seconds": self.statement_seconds}
+        if self.upstream:
+            out["upstream"] = {k: v.as_dict() for k, v in self.upstream.items()}
+        return out
 
 
 class PostgresMaintainer:
@@ -133,7 +149,10 @@ class PostgresMaintainer:
         rows = self.conn.execute(
             f"SELECT name, function, prune_function, tables FROM "
             f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
-        entries = [compile_.Entry(str(n), str(f), str(pf), tuple(ts)) for n, f, pf, ts in rows]
+        names = {str(r[0]) for r in rows}
+        entries = [compile_.Entry(str(n), str(f), str(pf), tuple(ts),
+                                  tuple(t for t in ts if t in names))
+                   for n, f, pf, ts in rows]
         for e in entries:  # (views created by an older idivm have none yet)
             lock = compile_.lock_relation(e.name)
             if not self._has(lock):
@@ -166,6 +185,20 @@ class PostgresMaintainer:
                                      schema=self.schema)
         return self._plans[name]
 
+    def _views(self) -> dict[str, tuple[str, ...]]:
+        """The views of this schema → the relations each reads (tables and views)."""
+        if not self._has(REGISTRY):
+            return {}
+        self._check_layout()
+        rows = self.conn.execute(f"SELECT name, tables FROM {qq(self.companion, REGISTRY)}"
+                                 ).fetchall()
+        return {str(n): tuple(ts) for n, ts in rows}
+
+    def _as_table(self, view: str) -> Table:
+        """A view as a table of the views over it (``pipeline.input_table``)."""
+        return pipeline.input_table(view, self.plan_of(view),
+                                    changelog.column_types(self.conn, self.schema, view))
+
     # -- API ---------------------------------------------------------------------------------
     def create_view(self, name: str, view_sql: str,
                     changes: Mapping[str, Sequence[str]] | None = None,
@@ -182,8 +215,16 @@ class PostgresMaintainer:
             raise BackendError(f"view name {name!r} is longer than PostgreSQL's "
                                f"{MAX_IDENT}-byte identifiers")
         full = catalog or self.catalog()
+        reads = relations_read(view_sql, schema=self.schema)
+        pipeline.check_reads(name, reads)
+        upstream = sorted(reads & set(self._views()))
+        if upstream:  # views of this schema it reads: tables keyed by their IDs
+            full = Catalog.of([*(t for n, t in full.tables.items() if n not in upstream),
+                               *(self._as_table(v) for v in upstream)])
         p = plan(view_sql, full, name=name, changes=changes, strategy=strategy,
                  schema=self.schema)
+        for v in upstream:  # it starts from their state now (then both move together)
+            self.maintain(v)
         self._check_functions(view_sql)
         # the plan's catalog holds just the columns the view reads: the log holds those, and
         # DDL on the others is absorbed
@@ -198,9 +239,16 @@ class PostgresMaintainer:
                 if taken and taken[0]:
                     raise BackendError(f"{self.schema}.{name} already exists")
                 for t in p.tables:
-                    self._check_key(t, read.table(t).primary_key)
+                    # a view it reads is logged from the writes to its stored table
+                    source = (self.companion, self.plan_of(t).store.name) \
+                        if t in upstream else None
+                    if source is not None:  # IDs never NULL (_as_table): PostgreSQL enforces it
+                        self.conn.execute(f"ALTER TABLE {qq(*source)} " + ", ".join(
+                            f"ALTER COLUMN {q(k)} SET NOT NULL"
+                            for k in read.table(t).primary_key))
+                    self._check_key(t, read.table(t).primary_key, source)
                     changelog.install(self.conn, self.schema, read.table(t), name,
-                                      read.table(t).column_names)
+                                      read.table(t).column_names, source)
             if changelog.install_guard(self.conn):
                 self._install_rewrite_guard()
         except psycopg.Error as e:
@@ -221,7 +269,9 @@ class PostgresMaintainer:
                 cols = ", ".join(q(c) for c in p.columns)
                 self.conn.execute(f"CREATE VIEW {qq(self.schema, name)} AS SELECT {cols} FROM "
                                   f"{qq(self.companion, p.store.name)}")
-                fingerprints = {t: self._fingerprint(t, read.table(t).column_names)
+                sources = self._sources(p)
+                fingerprints = {t: self._fingerprint(t, read.table(t).column_names,
+                                                     sources.get(t))
                                 for t in p.tables}
                 compiled = self._install_code(p, read, fingerprints)
                 self.conn.execute(
@@ -252,12 +302,13 @@ class PostgresMaintainer:
         self._plans[name] = p
         return p
 
-    def _check_key(self, table: str, key: Sequence[str]) -> None:
+    def _check_key(self, table: str, key: Sequence[str],
+                   source: tuple[str, str] | None = None) -> None:
         """The log of a table is folded by its key: refuse a table whose key PostgreSQL does
         not enforce (a catalog may declare one the table does not have), as maintenance
-        would."""
+        would. ``source``: the relation holding the table's rows, if not the table."""
         row = self.conn.execute(f"SELECT {qq(self.companion, 'table_has_key')}(%s, %s)",
-                                (qq(self.schema, table), list(key))).fetchone()
+                                (qq(*(source or (self.schema, table))), list(key))).fetchone()
         if not (row and row[0]):
             raise UnsupportedSQL(
                 f"table {table} without an enforced key ({', '.join(key)})",
@@ -314,10 +365,18 @@ class PostgresMaintainer:
                                  "without any change to the tables the view reads; only "
                                  "IMMUTABLE functions can be maintained")
 
-    def _fingerprint(self, table: str, columns: Sequence[str]) -> str:
+    def _fingerprint(self, table: str, columns: Sequence[str],
+                     source: tuple[str, str] | None = None) -> str:
         row = self.conn.execute(f"SELECT {qq(self.companion, 'table_fingerprint')}(%s, %s)",
-                                (qq(self.schema, table), list(columns))).fetchone()
+                                (qq(*(source or (self.schema, table))), list(columns))
+                                ).fetchone()
         return str(row[0]) if row else ""
+
+    def _sources(self, p: Plan) -> dict[str, tuple[str, str]]:
+        """The views ``p`` reads → their stored tables (where their rows are written)."""
+        views = self._views()
+        return {t: (self.companion, self.plan_of(t).store.name) for t in p.tables
+                if t in views and t != p.name}
 
     def _install_code(self, p: Plan, read: Catalog, fingerprints: Mapping[str, str]
                       ) -> compile_.Compiled:
@@ -330,7 +389,7 @@ class PostgresMaintainer:
         types = {t: changelog.column_types(self.conn, self.schema, t) for t in p.tables}
         compiled = compile_.compile_view(p, self.schema, self.companion, tag,
                                          {t: read.table(t) for t in p.tables}, fingerprints,
-                                         types)
+                                         types, self._sources(p))
         for stmt in compiled.source:
             self.conn.execute(stmt)
         return compiled
@@ -352,33 +411,49 @@ class PostgresMaintainer:
 
     def maintain(self, name: str) -> MaintenanceStats:
         """Run the view's compiled Δ-script over the changes committed since its last run:
-        one ``CALL``, one REPEATABLE READ transaction; a failure rolls everything back."""
+        one ``CALL``, one REPEATABLE READ transaction; a failure rolls everything back. A view
+        that reads other views is maintained after them (transitively, each once), in the
+        same transaction: one snapshot of the base tables for all; their statistics are in
+        ``upstream``."""
         start = time.perf_counter()
         stats = self._call(name, retry=True)
-        out = MaintenanceStats(
-            name, {k: int(v) for k, v in stats["changes"].items()},
-            {k: int(v) for k, v in stats["idiff_rows"].items()},
-            {k: int(v) for k, v in stats["applied_rows"].items()},
-            [(str(k), float(v)) for k, v in stats["statement_seconds"]])
+        out = MaintenanceStats.of(name, stats)
+        out.upstream = {k: MaintenanceStats.of(k, v)
+                        for k, v in (stats.get("upstream") or {}).items()}
         out.seconds = time.perf_counter() - start
         return out
 
-    def _call(self, name: str, retry: bool) -> dict[str, Any]:
-        call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s)"
+    def maintain_all(self) -> dict[str, MaintenanceStats]:
+        """Maintain every view of the schema in dependency order, in one transaction (one
+        snapshot of the base tables): view name → its statistics."""
+        if not self._views():
+            return {}
+        if not self._has_procedure("maintain_all"):  # a companion from before pipelines
+            self._recompile_stale(None)
+        stats = self._call(None, retry=True)
+        return {k: MaintenanceStats.of(k, v) for k, v in (stats.get("views") or {}).items()}
+
+    def _call(self, name: str | None, retry: bool) -> dict[str, Any]:
+        """``CALL maintain(name)``, or ``maintain_all`` when ``name`` is None."""
+        what = repr(name) if name is not None else f"the views of schema {self.schema!r}"
+        call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s)" if name is not None \
+            else f"CALL {qq(self.companion, 'maintain_all')}(NULL, %s)"
+        args = (name, compile_.FORMAT_VERSION) if name is not None else \
+            (compile_.FORMAT_VERSION,)
         # the procedure sets it in the maintenance transaction: kept only if that commits
         self.conn.execute("SELECT set_config(%s, '', false)", (compile_.COMMITTED_SETTING,))
         try:
-            row = self.conn.execute(call, (name, compile_.FORMAT_VERSION)).fetchone()
+            row = self.conn.execute(call, args).fetchone()
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as e:
             if not self._has_procedure():  # else: raised by the code it runs, reported below
                 self._check_layout()
                 raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}") from e
-            raise MaintenanceError(f"maintenance of {name!r} failed and was rolled back "
+            raise MaintenanceError(f"maintenance of {what} failed and was rolled back "
                                    f"(re-run it): {str(e).strip()}") from e
         except psycopg.Error as e:
             if self.conn.closed or self.conn.broken:
                 raise MaintenanceError(
-                    f"maintenance of {name!r} failed: the connection was lost, so whether it "
+                    f"maintenance of {what} failed: the connection was lost, so whether it "
                     "committed is unknown (re-running it is safe: a maintain consumes only "
                     f"what is still pending): {str(e).strip()}") from e
             committed = self._committed()
@@ -387,7 +462,7 @@ class PostgresMaintainer:
             msg = (e.diag.message_primary or str(e)).strip()
             state = e.sqlstate
             if state == compile_.STALE_CODE and retry:
-                self._recompile(name)
+                self._recompile_stale(name)
                 return self._call(name, retry=False)
             if state == compile_.NO_VIEW:
                 raise BackendError(msg.removeprefix("idivm: ")) from e
@@ -395,12 +470,12 @@ class PostgresMaintainer:
                 raise IdivmError(msg) from e
             if state == compile_.SCHEMA_CHANGED:
                 hint = e.diag.message_hint or ""
-                raise MaintenanceError(f"maintenance of {name!r} refused: "
+                raise MaintenanceError(f"maintenance of {what} refused: "
                                        f"{msg.removeprefix('idivm: ')}; {hint}") from e
-            raise MaintenanceError(f"maintenance of {name!r} failed and was rolled back "
+            raise MaintenanceError(f"maintenance of {what} failed and was rolled back "
                                    f"(re-run it): {str(e).strip()}") from e
         if row is None or row[0] is None:
-            raise MaintenanceError(f"maintenance of {name!r} returned no statistics")
+            raise MaintenanceError(f"maintenance of {what} returned no statistics")
         return dict(row[0])
 
     def _committed(self) -> dict[str, Any] | None:
@@ -415,13 +490,30 @@ class PostgresMaintainer:
             return None
         return dict(json.loads(str(row[0])))
 
-    def _has_procedure(self) -> bool:
-        """Whether the companion schema has its ``maintain`` procedure."""
+    def _has_procedure(self, proc: str = "maintain") -> bool:
+        """Whether the companion schema has its ``maintain`` procedure (or ``proc``)."""
         row = self.conn.execute(
             "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %s AND p.proname = 'maintain' AND p.prokind = 'p'",
-            (self.companion,)).fetchone()
+            "WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'",
+            (self.companion, proc)).fetchone()
         return bool(row and row[0])
+
+    def _recompile_stale(self, name: str | None) -> None:
+        """Recompile the views another idivm version compiled (``name`` too, whose code
+        may be missing), and regenerate the procedures."""
+        rows = self.conn.execute(
+            f"SELECT name FROM {qq(self.companion, REGISTRY)} WHERE format_version "
+            "IS DISTINCT FROM %s ORDER BY name", (compile_.FORMAT_VERSION,)).fetchall()
+        stale = [str(r[0]) for r in rows]
+        if name is not None and name not in stale:
+            stale.append(name)
+        for v in stale:
+            self._recompile(v)
+        if not stale:
+            with self.conn.transaction():
+                changelog.lock_companion(self.conn, self.schema)
+                self._registry()
+                self._install_dispatcher()
 
     def _recompile(self, name: str) -> None:
         """Re-render a view compiled by another idivm version (same plan inputs, same
@@ -448,10 +540,19 @@ class PostgresMaintainer:
                 self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}()")
             self._install_dispatcher()
 
-    def drop_view(self, name: str) -> None:
+    def drop_view(self, name: str, cascade: bool = False) -> None:
         """Remove the view, its stored table, caches, code, logging and registry entry (from
-        what the registry recorded: no planning, so it works whatever became of the tables)."""
+        what the registry recorded: no planning, so it works whatever became of the tables).
+        Refused while other views read it, unless ``cascade``: then they go first."""
         e = self._entry(name)
+        views = self._views()
+        dependents = sorted(v for v, ts in views.items() if name in ts)
+        if dependents and not cascade:
+            raise BackendError(f"view {name!r} is read by view(s) {', '.join(dependents)}: "
+                               "drop them first, or drop it with cascade=True")
+        for d in dependents:
+            if d in self._views():  # (a dependent of another dependent may be gone already)
+                self.drop_view(d, cascade=True)
         try:
             with self.conn.transaction():
                 changelog.lock_companion(self.conn, self.schema)
@@ -500,13 +601,17 @@ class PostgresMaintainer:
                 f"SELECT name, created, last_maintained, runs, tables, strategy FROM "
                 f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
             out = []
+            names = {str(r[0]) for r in rows}
             for vname, created, last, runs, tables, strategy in rows:
                 if name is not None and vname != name:
                     continue
                 pending = {t: self._pending(t, vname) for t in tables}
+                marks = {t: changelog.watermark(self.conn, self.schema, t, vname)
+                         for t in tables}
                 out.append({"view": vname, "created": str(created), "last_maintained":
                             str(last) if last else None, "runs": runs, "strategy": strategy,
-                            "pending_log_rows": pending})
+                            "upstream": sorted(t for t in tables if t in names),
+                            "pending_log_rows": pending, "watermarks": marks})
         return out
 
     def _pending(self, table: str, view: str) -> int:

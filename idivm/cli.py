@@ -123,6 +123,17 @@ def _pg_action(m: PostgresMaintainer, args: argparse.Namespace, console: Console
             for up in stats.upstream.values():
                 console.print(_stats_table(up.as_dict()))
             console.print(_stats_table(stats.as_dict()))
+    elif args.action == "pipeline":
+        from idivm.postgres import project_run
+
+        if args.name not in ("run", "dry-run") or not args.path:
+            raise IdivmError("usage: idivm pg pipeline run|dry-run DIR (a folder of SQL files "
+                             "with CREATE MATERIALIZED VIEW statements)")
+        out = project_run.run(m, Path(args.path), dry_run=args.name == "dry-run")
+        if args.json:
+            sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
+        else:
+            console.print(_datasets_table(out, f"pipeline {args.path} in schema {m.schema}"))
     elif args.action == "drop-view":
         if not args.name:
             raise IdivmError("drop-view needs the view NAME")
@@ -136,6 +147,20 @@ def _pg_action(m: PostgresMaintainer, args: argparse.Namespace, console: Console
             raise IdivmError(f"no idivm view {args.name!r} in schema {m.schema!r}")
         else:
             console.print(_status_table(rows, m.schema))
+
+
+def _datasets_table(out: dict[str, Any], title: str) -> Table:
+    """What a pipeline run did (or, dry, would do) per dataset."""
+    t = Table(title=title, title_style="bold")
+    for c in ("dataset", "location", "refresh", "why", "seconds", "changes"):
+        t.add_column(c)
+    for d in out["datasets"]:
+        changes = ", ".join(f"{k}: {v}" for k, v in (d.get("changes") or {}).items())
+        secs = f"{d['seconds']:.3f}" if "seconds" in d else ""
+        t.add_row(d["name"], d["location"], d["refresh"], d.get("why", ""), secs, changes)
+    if out.get("left_alone"):
+        t.caption = f"not in the project, left as they are: {', '.join(out['left_alone'])}"
+    return t
 
 
 def _stats_table(d: dict[str, Any]) -> Table:
@@ -297,6 +322,8 @@ def read_data(spark: Any, path: str, table: Any, changes: bool = False) -> Any:
 
 
 def cmd_spark(args: argparse.Namespace) -> int:
+    if args.action == "pipeline":
+        return _spark_pipeline(args)
     catalog = Catalog.from_ddl(_read(args.ddl, "DDL file"))
     registry = Path(args.warehouse) / "_idivm" / "registry.json"
     if args.action not in ("load", "attach") and not registry.exists():
@@ -308,6 +335,33 @@ def cmd_spark(args: argparse.Namespace) -> int:
                         spark=spark_session(args.master, conf=driver_conf(True)),
                         buckets=args.buckets)
     _spark_action(m, args, Console())
+    return 0
+
+
+def _spark_pipeline(args: argparse.Namespace) -> int:
+    """``idivm spark pipeline run|dry-run --spec PATH``."""
+    from idivm.spark import project_run
+
+    spec = project_run.load_spec(args.spec)
+    if args.what == "dry-run":
+        out = project_run.dry_run(spec, args.full_refresh)
+        if out["refused"]:
+            lines = "; ".join(f"{r['source']}: {r['reason']}" for r in out["refused"])
+            out_text = f"refused (a run would do nothing): {lines}"
+        else:
+            out_text = ""
+    else:
+        out = project_run.run(spec, args.strategy, args.full_refresh, args.master)
+        out_text = ""
+    if args.json:
+        sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
+        return 0
+    console = Console()
+    if out_text:
+        console.print(out_text)
+    for d in out["datasets"]:
+        d.setdefault("location", "(not created yet)" if args.what == "dry-run" else "")
+    console.print(_datasets_table(out, f"pipeline {spec.name} ({spec.path})"))
     return 0
 
 
@@ -340,10 +394,22 @@ def _spark_action(m: Any, args: argparse.Namespace, console: Console) -> None:
         console.print(f"committed the changes of {table.name} as version {version}; views to "
                       f"maintain: {', '.join(pending) or 'none'}")
     elif a == "maintain":
+        if bool(args.name) == bool(args.all):
+            raise IdivmError("maintain needs the view NAME, or --all (every view)")
+        if args.all:
+            every = m.maintain_all(strategy=args.strategy)
+            if args.json:
+                sys.stdout.write(json.dumps({k: v.as_dict() for k, v in every.items()},
+                                            indent=2, default=str) + "\n")
+            for st in every.values() if not args.json else ():
+                console.print(stats_table(st))
+            return
         stats = m.maintain(args.name, strategy=args.strategy)
         if args.json:
             sys.stdout.write(json.dumps(stats.as_dict(), indent=2, default=str) + "\n")
         else:
+            for up in stats.upstream.values():
+                console.print(stats_table(up))
             console.print(stats_table(stats))
     elif a == "read":
         if args.limit < 0:
@@ -361,7 +427,7 @@ def _spark_action(m: Any, args: argparse.Namespace, console: Console) -> None:
                 t.add_row(*("NULL" if v is None else str(v) for v in r))
             console.print(t)
     elif a == "drop-view":
-        m.drop_view(args.name)
+        m.drop_view(args.name, cascade=args.cascade)
         console.print(f"dropped view {args.name}")
     else:
         rows = m.status()
@@ -418,8 +484,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("pg", help="maintain views on PostgreSQL")
-    p.add_argument("action", choices=("create-view", "maintain", "drop-view", "status"))
-    p.add_argument("name", nargs="?", metavar="NAME", help="view name (optional for status)")
+    p.add_argument("action", choices=("create-view", "maintain", "drop-view", "status",
+                                      "pipeline"))
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="view name (optional for status); pipeline: run or dry-run")
+    p.add_argument("path", nargs="?", metavar="DIR",
+                   help="pipeline: a folder whose **/*.sql files declare the views "
+                   "(CREATE MATERIALIZED VIEW name AS SELECT …), maintained in dependency "
+                   "order")
     p.add_argument("--dsn", default=_default_dsn(),
                    help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
     p.add_argument("--schema", help="schema of the base tables and view (default: current)")
@@ -469,8 +541,11 @@ def build_parser() -> argparse.ArgumentParser:
                       "a table loaded through idivm")
     a.add_argument("table", metavar="TABLE")
     a.add_argument("--data", required=True, help="a .parquet or .csv file (CSV with a header)")
-    a = sp.add_parser("maintain", parents=[spark_common], help="bring a view up to date")
-    a.add_argument("name", metavar="NAME")
+    a = sp.add_parser("maintain", parents=[spark_common],
+                      help="bring a view up to date (and the views it reads, first)")
+    a.add_argument("name", nargs="?", metavar="NAME")
+    a.add_argument("--all", action="store_true",
+                   help="every view, in dependency order, at one set of base-table versions")
     a.add_argument("--strategy", choices=("auto", "id", "recompute"),
                    help="this refresh only: force maintenance (id) or recomputation, or "
                    "estimate (auto); default: the view's")
@@ -482,8 +557,22 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("name", metavar="NAME")
     a.add_argument("--limit", type=int, default=20, help="rows to print (default: 20)")
     a.add_argument("--json", action="store_true", help="print JSON")
+    a = sp.add_parser("pipeline", help="a Spark Declarative Pipelines project "
+                      "(spark-pipeline.yml + SQL files), refreshed incrementally")
+    a.add_argument("what", choices=("run", "dry-run"),
+                   help="run: create, re-create and refresh its datasets; dry-run: print the "
+                   "graph and what a run would do, and why")
+    a.add_argument("--spec", required=True, metavar="PATH",
+                   help="the project folder, or its spark-pipeline.yml/.yaml")
+    a.add_argument("--strategy", choices=("auto", "id", "recompute"), default="auto",
+                   help="refresh strategy of the datasets it creates (default: auto)")
+    a.add_argument("--full-refresh", action="store_true",
+                   help="recompute every dataset (as spark-pipelines' flag does)")
+    a.add_argument("--master", metavar="URL", help="Spark master (default: embedded)")
+    a.add_argument("--json", action="store_true", help="print JSON")
     a = sp.add_parser("drop-view", parents=[spark_common], help="drop a view and its caches")
     a.add_argument("name", metavar="NAME")
+    a.add_argument("--cascade", action="store_true", help="also drop the views that read it")
     p.set_defaults(func=cmd_spark)
 
     p = sub.add_parser("demo", help="BSMA-like views maintained on Spark, verified "

@@ -51,7 +51,9 @@ def input_table(name: str, plan: Plan, types: Mapping[str, str]) -> Table:
         raise UnsupportedSQL(what, f"its IDs {', '.join(nullable)} can be NULL (declare the "
                              "columns they come from NOT NULL, or filter out their NULLs): a "
                              "view over it addresses its rows by them")
-    return Table(name, tuple(Column(c, normalize_type(types[c]), c not in key)
+    known = plan.infos[plan.root.nid].nullable  # (NOT NULL where the planner can tell)
+    return Table(name, tuple(Column(c, normalize_type(types[c]),
+                                    c not in key and known.get(c, True))
                              for c in plan.columns), key)
 
 

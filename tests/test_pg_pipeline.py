@@ -18,6 +18,7 @@ import json
 import random
 import threading
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -237,3 +238,48 @@ def test_order_upstream_first_and_cycles_named() -> None:
     assert order({"b": ["a"], "c": ["a"]}, ["c", "b"]) == ["a", "b", "c"]
     with pytest.raises(ValueError, match="a → b → a"):
         order({"a": ["b"], "b": ["a"]}, ["a"])
+
+
+def test_pipeline_run_folder(pg_dsn: str, pg_schema: str, tmp_path: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``idivm pg pipeline run DIR``: created, then maintained, a changed query re-created with
+    the views reading it; refusals before anything runs."""
+    (tmp_path / "gold").mkdir()
+    (tmp_path / "silver.sql").write_text(
+        "-- silver; a comment\nCREATE MATERIALIZED VIEW a AS " + VIEWS["a"] + ";\n")
+    (tmp_path / "gold" / "gold.sql").write_text(
+        f"CREATE MATERIALIZED VIEW c AS {VIEWS['c']};\nCREATE MATERIALIZED VIEW d AS "
+        f"{VIEWS['d']};")
+    args = ["pg", "pipeline", "run", str(tmp_path), "--json", "--dsn", pg_dsn,
+            "--schema", pg_schema]
+
+    def run(*extra: str) -> dict[str, Any]:
+        capsys.readouterr()
+        assert cli_main([*args[:2], *extra, *args[3:]] if extra else args) == 0
+        out: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return out
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {pg_schema}")
+        conn.execute(DDL)
+        first = run()
+        assert [(d["name"], d["refresh"]) for d in first["datasets"]] == \
+            [("a", "create"), ("c", "create"), ("d", "create")]
+        conn.execute("UPDATE t SET x = x + 7 WHERE id < 60")
+        second = run()
+        assert [d["refresh"] for d in second["datasets"]] == ["id"] * 3
+        assert second["datasets"][0]["changes"] == {"t": 59}
+        _check(conn, pg_schema, ["a", "c", "d"])
+        (tmp_path / "gold" / "gold.sql").write_text(
+            f"CREATE MATERIALIZED VIEW c AS {VIEWS['c'].replace('1000', '900')};\n"
+            f"CREATE MATERIALIZED VIEW d AS {VIEWS['d']};")
+        dry = run("dry-run")
+        assert [(d["name"], d["refresh"]) for d in dry["datasets"]] == \
+            [("a", "refresh"), ("c", "recreate"), ("d", "recreate")]
+        third = run()
+        assert [d["refresh"] for d in third["datasets"]] == ["id", "recreate", "recreate"]
+        assert min(r[2] for r in _stored(conn, pg_schema, "c")) > 900
+        # a streaming table: refused by name, nothing runs
+        (tmp_path / "x.sql").write_text("CREATE STREAMING TABLE s AS SELECT * FROM t")
+        assert cli_main(args) != 0
+        assert "STREAMING TABLE" in capsys.readouterr().err

@@ -185,6 +185,18 @@ class PostgresMaintainer:
                                      schema=self.schema)
         return self._plans[name]
 
+    def definitions(self) -> dict[str, str]:
+        """The schema's views → the query each was created with."""
+        if not self._has(REGISTRY):
+            return {}
+        rows = self.conn.execute(f"SELECT name, sql FROM {qq(self.companion, REGISTRY)}"
+                                 ).fetchall()
+        return {str(n): str(q_) for n, q_ in rows}
+
+    def dependencies(self) -> dict[str, tuple[str, ...]]:
+        """The schema's views → the relations each reads (tables and views)."""
+        return self._views()
+
     def _views(self) -> dict[str, tuple[str, ...]]:
         """The views of this schema → the relations each reads (tables and views)."""
         if not self._has(REGISTRY):

@@ -490,10 +490,68 @@ class DeltaStore:
         """The commit that will publish the staged files ``adds``: remove the touched
         buckets' files, add the new ones (``_stage.json``)."""
         hit = set(touched)
+        removed = [f for f in files if _bucket_value(f) in hit]
         info = {"base_version": int(dt.version()), "touched": list(touched),
                 "rows": sum(int(a["rows"]) for a in adds), "adds": list(adds),
-                "removes": [_remove_of(f) for f in files if _bucket_value(f) in hit]}
+                "removes": [_remove_of(f) for f in removed],
+                "cdc": self._stage_change_data(out, dt, removed, adds)}
         (out / "_stage.json").write_text(json.dumps(info))
+
+    def _stage_change_data(self, out: Path, dt: Any, removed: Sequence[Mapping[str, Any]],
+                           adds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+        """The change-data file of a copy-on-write commit that removes files deletion vectors
+        mark: the rows it really deletes and inserts (the removed files' live rows against the
+        added files' rows, as multisets). Without one, a reader derives the commit's changes
+        from its remove and add actions, and delta-rs (1.6) then reports a removed file's
+        deleted rows instead of its live ones — a change feed that does not add up. (Commits
+        removing unmarked files only need none: their derived changes are exact.)"""
+        if not any(f.get("deleted") for f in removed) or not self.merge_on_read(dt):
+            return None
+        import duckdb
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        run, name = out.parent.name, out.name  # (``staging``'s layout)
+        root = self.path(name)
+        schema = pa.schema(dt.schema().to_arrow())
+        schema = schema.remove(schema.get_field_index(BUCKET)) if BUCKET in schema.names \
+            else schema
+        sel = ", ".join('"' + c.replace('"', '""') + '"' for c in schema.names)
+
+        def scan(paths: Sequence[str], positions: bool) -> str:
+            listed = ", ".join("'" + p_.replace("'", "''") + "'" for p_ in paths)
+            extra = ", filename = true, file_row_number = true" if positions else ""
+            return f"read_parquet([{listed}], hive_partitioning = false{extra})"
+
+        gone = pa.table({
+            "f": [str(root / f["path"]) for f in removed for _ in f.get("deleted") or ()],
+            "p": pa.array([int(r) for f in removed for r in f.get("deleted") or ()],
+                          pa.int64())})
+        old = (f"SELECT {sel} FROM {scan([str(root / f['path']) for f in removed], True)} AS r "
+               "WHERE NOT EXISTS (SELECT 1 FROM gone WHERE gone.f = r.filename AND "
+               "gone.p = r.file_row_number)")
+        here = [str(root / a["path"]) if a.get("placed") else str(out / "files" / a["path"])
+                for a in adds]
+        new = f"SELECT {sel} FROM {scan(here, False)}" if here else \
+            f"SELECT {sel} FROM ({old}) AS o WHERE false"
+        con = duckdb.connect()
+        try:
+            con.register("gone", gone)
+            changes = con.execute(
+                f"SELECT *, 'delete' AS _change_type FROM ({old} EXCEPT ALL {new}) AS d "
+                f"UNION ALL SELECT *, 'insert' FROM ({new} EXCEPT ALL {old}) AS i"
+            ).fetch_arrow_table()
+        finally:
+            con.close()
+        changes = changes.cast(schema.append(pa.field("_change_type", pa.string())))
+        rel = f"_change_data/{BUCKET}={RECENT}/{run}-cdc-{uuid.uuid4().hex}.parquet"
+        placed = out / PLACED
+        listed = json.loads(placed.read_text()) if placed.exists() else []
+        placed.write_text(json.dumps([*listed, rel]))  # before it exists (see ``_place``)
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(changes, root / rel)
+        return {"path": rel, "size": (root / rel).stat().st_size,
+                "partition": {BUCKET: str(RECENT)}}
 
     def stage_arrow(self, run: str, name: str, dt: Any, touched: Sequence[int],
                     post: Any) -> list[str]:

@@ -175,13 +175,16 @@ class DriverRefresh:
 
     def __init__(self, catalog: Catalog, store: DeltaStore, locations: Mapping[str, str],
                  heads: Mapping[str, Any], step: Callable[[str], None],
-                 texts: dict[str, str] | None = None, db: Any = None) -> None:
+                 texts: dict[str, str] | None = None, db: Any = None,
+                 inputs: Mapping[str, str] | None = None) -> None:
         # DuckDB text of the plan's statements, kept by the caller across refreshes
         self.texts: dict[str, str] = {} if texts is None else texts
         self.catalog = catalog
         self.store = store
         self.locations = locations
         self.heads = heads  # each base table's Delta table at the version the refresh reads
+        # views read as base tables → their stored relations (read with deletion vectors)
+        self.inputs = dict(inputs or {})
         self.step = step
         self._stored: dict[str, Any] = {}  # stored relation: its DeltaTable (as of now)
         # stored relations registered as their files before this refresh (not yet replaced
@@ -223,10 +226,18 @@ class DriverRefresh:
     def register_inputs(self, p: Plan) -> None:
         for name in p.tables:
             dt = self.heads[name]
-            files = [a["path"] for a in add_actions(dt)]
             cols = ", ".join(_ident(k) for k in self.catalog.table(name).column_names)
-            body = (f"SELECT {cols} FROM {_files_sql(Path(self.locations[name]), files, False)}"
-                    if files else self._empty_of(dt))
+            if name in self.inputs:  # a view's stored relation: its live rows
+                live = LiveFiles.of(self.store.path(self.inputs[name]),
+                                    self.store.files(self.inputs[name], dt))
+                paths = live.paths()
+                body = self._live_sql(cols, paths, False, live.deleted) if paths \
+                    else self._empty_of(dt)
+            else:
+                files = [a["path"] for a in add_actions(dt)]
+                body = (f"SELECT {cols} FROM "
+                        f"{_files_sql(Path(self.locations[name]), files, False)}"
+                        if files else self._empty_of(dt))
             self._view(name, body)
         for m in p.materialized:
             self._register_stored(m.name)

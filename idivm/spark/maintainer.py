@@ -36,8 +36,10 @@ from typing import Any, Literal
 
 from sqlglot import exp
 
-from idivm.catalog import Catalog
+from idivm import pipeline
+from idivm.catalog import Catalog, Table
 from idivm.errors import BackendError, IdivmError
+from idivm.frontend import relations_read
 from idivm.plan import Plan, plan
 from idivm.planner.model import Strategy, change_table
 from idivm.planner.prune import prune_empty, reads_only_empty
@@ -87,6 +89,8 @@ class SparkMaintenanceStats:
     decision: dict[str, Any] = field(default_factory=dict)  # what ran, and why
     recovered: bool = False
     seconds: float = 0.0
+    # the views this one reads, refreshed first at the same base-table versions: their stats
+    upstream: dict[str, SparkMaintenanceStats] = field(default_factory=dict)
 
     def record_stage(self, target: str, touched: int, total: int,
                      rows: Iterable[tuple[str, int]], seconds: float) -> None:
@@ -105,7 +109,9 @@ class SparkMaintenanceStats:
                 "partitions_read": {k: list(v) for k, v in self.partitions_read.items()},
                 "statements": self.statements, "versions": self.versions,
                 "committed": self.committed, "decision": self.decision,
-                "recovered": self.recovered, "seconds": self.seconds}
+                "recovered": self.recovered, "seconds": self.seconds,
+                **({"upstream": {k: v.as_dict() for k, v in self.upstream.items()}}
+                   if self.upstream else {})}
 
 
 class SparkMaintainer:
@@ -135,6 +141,7 @@ class SparkMaintainer:
         # caches whose temp view is not registered: read (a file listing) when a Δ-script
         # reads them, not after every refresh
         self._stale: set[str] = set()
+        self._inputs: dict[str, Table] = {}  # views read by other views, as tables
         self._register_all()
 
     # -- registry -------------------------------------------------------------------------------
@@ -178,10 +185,11 @@ class SparkMaintainer:
                 self._register(n)
             self._stale.discard(n)
 
-    def _register_view(self, name: str, store: str, columns: Sequence[str]) -> None:
+    def _register_view(self, name: str, store: str, columns: Sequence[str],
+                       version: int | None = None) -> None:
         """The view's temp view: its declared columns of the stored relation's files."""
         # (one Py4J call for the projection: a refresh re-registers the view every time)
-        self.store.read_raw(store).selectExpr(*[quote_column(c) for c in columns]) \
+        self.store.read_raw(store, version).selectExpr(*[quote_column(c) for c in columns]) \
             .createOrReplaceTempView(name)
 
     def _step(self, what: str) -> None:
@@ -190,8 +198,12 @@ class SparkMaintainer:
 
     # -- base tables ----------------------------------------------------------------------------
     def table_location(self, name: str) -> str:
-        """The Delta table behind a base table: the user's own (attached) or idivm's."""
-        entry = self.registry()["tables"].get(name)
+        """The Delta table behind a base table: the user's own (attached) or idivm's; for a
+        view read by another view, its stored relation."""
+        reg = self.registry()
+        if name in reg["views"]:
+            return str(self.store.path(reg["views"][name]["store"]))
+        entry = reg["tables"].get(name)
         if entry is None:
             raise BackendError(f"table {name} is neither loaded nor attached in {self.root}")
         return str(entry.get("delta") or self.store.path(name))
@@ -201,7 +213,13 @@ class SparkMaintainer:
 
     def _register_base(self, name: str, version: int | None = None) -> int:
         """The base table as a temp view, read at ``version`` (default: the latest); returns
-        the version read."""
+        the version read. A view read by another view: its own temp view, at that version of
+        its stored relation."""
+        entry = self.registry()["views"].get(name)
+        if entry is not None:
+            v = int(self.store.table(entry["store"], version).version())
+            self._register_view(name, entry["store"], entry["columns"], v)
+            return v
         path = self.table_location(name)
         dt = open_table(path, version)
         v = int(dt.version())
@@ -268,7 +286,7 @@ class SparkMaintainer:
         """Columns cast to the catalog's types (as Spark spells them)."""
         from pyspark.sql import functions as F
 
-        table = self.catalog.table(name)
+        table = self._table(name)
         out = []
         for c in table.columns:
             ty = exp.DataType.build(c.type, dialect="postgres").sql("spark")
@@ -302,10 +320,34 @@ class SparkMaintainer:
             entry = self.registry()["views"].get(name)
             if entry is None:
                 raise BackendError(f"no idivm view {name!r} in {self.root}")
-            self._plans[name] = plan(entry["sql"], self.catalog, name=name,
-                                     changes=entry.get("changes"),
+            self._plans[name] = plan(entry["sql"],
+                                     self._planning_catalog(entry.get("upstream") or ()),
+                                     name=name, changes=entry.get("changes"),
                                      strategy=_planned(entry.get("strategy", "id")))
         return self._plans[name]
+
+    def _planning_catalog(self, upstream: Sequence[str]) -> Catalog:
+        """The catalog a view is planned over: the base tables, and the views it reads as
+        tables keyed by their IDs (``pipeline.input_table``)."""
+        if not upstream:
+            return self.catalog
+        return Catalog.of([*(t for n, t in self.catalog.tables.items() if n not in upstream),
+                           *(self._table(v) for v in upstream)])
+
+    def _table(self, name: str) -> Table:
+        """A base table of the catalog, or a view read by other views as a table."""
+        entry = self.registry()["views"].get(name)
+        if entry is None:
+            return self.catalog.table(name)
+        if name not in self._inputs:
+            types = {f.name: _sql_type(f.dataType.simpleString())
+                     for f in self.store.spark_schema(entry["store"]).fields}
+            self._inputs[name] = pipeline.input_table(name, self.plan_of(name), types)
+        return self._inputs[name]
+
+    def _views_reading(self, name: str) -> list[str]:
+        return sorted(v for v, e in self.registry()["views"].items()
+                      if name in (e.get("upstream") or ()))
 
     def create_view(self, name: str, view_sql: str,
                     changes: Mapping[str, Sequence[str]] | None = None,
@@ -316,12 +358,18 @@ class SparkMaintainer:
         ``tuple`` (t-diffs, the baseline) or ``recompute``."""
         if strategy not in ("auto", "id", "tuple", "recompute"):
             raise IdivmError(f"strategy must be auto, id, tuple or recompute, not {strategy!r}")
-        p = plan(view_sql, self.catalog, name=name, changes=changes,
+        reads_ = relations_read(view_sql)
+        pipeline.check_reads(name, reads_)
+        upstream = sorted(reads_ & set(self.registry()["views"]))
+        p = plan(view_sql, self._planning_catalog(upstream), name=name, changes=changes,
                  strategy=_planned(strategy))
         reg = self.registry()
         if name in reg["views"] or name in reg["tables"]:
             raise BackendError(f"{name} already exists in {self.root}")
-        missing = [t for t in p.tables if t not in reg["tables"]]
+        for v in upstream:  # it starts from their state now (then they move together)
+            self.maintain(v)
+        reg = self.registry()
+        missing = [t for t in p.tables if t not in reg["tables"] and t not in upstream]
         if missing:
             raise BackendError(f"load_table or attach_delta first: {', '.join(missing)}")
         versions = {t: self._register_base(t) for t in p.tables}
@@ -336,6 +384,7 @@ class SparkMaintainer:
             "sql": view_sql, "changes": {k: list(v) for k, v in changes.items()} if changes
             else None, "strategy": strategy, "store": p.store.name, "columns": list(p.columns),
             "materialized": [m.name for m in p.materialized], "watermarks": versions,
+            "upstream": upstream,
             "cost": History().with_recompute(seconds, self._base_rows(p, versions),
                                              at_create=True).as_dict()}
         self._save(reg)
@@ -357,8 +406,18 @@ class SparkMaintainer:
         self.plan_of(name)
         return self.spark.table(name)
 
-    def drop_view(self, name: str) -> None:
+    def drop_view(self, name: str, cascade: bool = False) -> None:
+        """Drop the view and its caches. Refused while other views read it, unless
+        ``cascade``: then they go first."""
         p = self.plan_of(name)
+        dependents = self._views_reading(name)
+        if dependents and not cascade:
+            raise BackendError(f"view {name!r} is read by view(s) {', '.join(dependents)}: "
+                               "drop them first, or drop it with cascade=True")
+        for d in dependents:
+            if d in self.registry()["views"]:
+                self.drop_view(d, cascade=True)
+        self._inputs.pop(name, None)
         for m in p.materialized:
             self.store.drop(m.name)
             self.spark.catalog.dropTempView(m.name)
@@ -373,7 +432,9 @@ class SparkMaintainer:
     def status(self) -> list[dict[str, Any]]:
         reg = self.registry()
         now = {t: self.table_version(t) for t in reg["tables"]}
+        now |= {v: self.store.version(e["store"]) for v, e in reg["views"].items()}
         return [{"view": v, "strategy": e.get("strategy", "id"), "watermarks": e["watermarks"],
+                 "upstream": list(e.get("upstream") or ()),
                  "pending_versions": {t: now[t] - int(w) for t, w in e["watermarks"].items()},
                  "location": str(self.store.path(e["store"])),
                  "last_refresh": e.get("last_refresh")}
@@ -399,7 +460,40 @@ class SparkMaintainer:
         """Bring the view up to date with every base-table version after its watermark.
         ``strategy`` overrides the view's for this refresh (``id`` forces the Δ-script,
         ``recompute`` a recomputation, ``auto`` estimates both); the choice and its reason are
-        in the returned stats and in ``status``."""
+        in the returned stats and in ``status``. The views it reads are refreshed first
+        (transitively, each once; their stats in ``upstream``), all of them up to the same
+        base-table versions, read once; it then consumes their stored relations' change
+        feeds up to the versions their refreshes committed."""
+        self.plan_of(name)
+        reg = self.registry()
+        order = pipeline.order(_upstream_map(reg), [name])
+        pins = self._pins(order, reg)
+        ups = {v: self._maintain_one(v, None, pins) for v in order[:-1]}
+        stats = self._maintain_one(name, strategy, pins)
+        stats.upstream = ups
+        return stats
+
+    def maintain_all(self, strategy: RefreshStrategy | None = None
+                     ) -> dict[str, SparkMaintenanceStats]:
+        """Refresh every view in dependency order (a view after the views it reads), all up to
+        the same base-table versions: view name → its stats. ``strategy`` as ``maintain``'s,
+        for each."""
+        reg = self.registry()
+        order = pipeline.order(_upstream_map(reg), reg["views"])
+        pins = self._pins(order, reg)
+        return {v: self._maintain_one(v, strategy, pins) for v in order}
+
+    def _pins(self, order: Sequence[str], reg: Mapping[str, Any]) -> dict[str, int]:
+        """The version of every base table the views of ``order`` read, read once: what all of
+        their refreshes consume up to."""
+        tables = sorted({t for v in order for t in self.plan_of(v).tables
+                         if t not in reg["views"]})
+        return {t: int(open_table(self.table_location(t)).version()) for t in tables}
+
+    def _maintain_one(self, name: str, strategy: RefreshStrategy | None,
+                      pins: Mapping[str, int]) -> SparkMaintenanceStats:
+        """``maintain`` of one view, its base tables read at ``pins`` (the views it reads at
+        their latest versions)."""
         p = self.plan_of(name)
         stats = SparkMaintenanceStats(name)
         start = time.perf_counter()
@@ -418,7 +512,7 @@ class SparkMaintainer:
         since = {t: int(entry["watermarks"][t]) for t in p.tables}
         locations = {t: self.table_location(t) for t in p.tables}
         # each base table opened once, at the version this refresh consumes
-        heads = {t: open_table(loc) for t, loc in locations.items()}
+        heads = {t: open_table(loc, pins.get(t)) for t, loc in locations.items()}
         upto = {t: int(dt.version()) for t, dt in heads.items()}
         stats.versions = {t: [since[t], upto[t]] for t in p.tables}
         if upto == since:
@@ -436,7 +530,7 @@ class SparkMaintainer:
             self._step("fold")
             arrows: dict[str, Any] = {}
             for t in p.tables:  # a forced recomputation needs no feed (it may be gone)
-                arrows[t] = cdf.read_cdf_arrow(self.catalog.table(t), locations[t],
+                arrows[t] = cdf.read_cdf_arrow(self._table(t), locations[t],
                                                since[t], upto[t], heads[t]) \
                     if upto[t] > since[t] and asked != "recompute" else None
             history = History.from_dict(entry.get("cost"))
@@ -507,7 +601,9 @@ class SparkMaintainer:
             self._driver_ok[p.name] = driver.stored_eligible(p, self.store)
         ok = self._driver_ok[p.name]
         if ok.ok:
-            ok = driver.base_eligible(locations, heads)
+            views = self.registry()["views"]
+            ok = driver.base_eligible({t: loc for t, loc in locations.items()
+                                       if t not in views}, heads)
         if self.engine == "driver":
             if not ok.ok:
                 raise IdivmError(f"engine='driver' cannot refresh {p.name}: {ok.reason}")
@@ -523,12 +619,15 @@ class SparkMaintainer:
                          stats: SparkMaintenanceStats) -> list[str]:
         attached = self.registry()["tables"]
         for t in p.tables:  # the user's table may have changed shape (as _register_base checks)
-            if attached[t].get("delta"):
+            if attached.get(t, {}).get("delta"):
                 check_attachable(self.catalog.table(t), heads[t], locations[t])
         if self._duckdb is None:
             self._duckdb = driver.driver_database()
-        d = driver.DriverRefresh(self.catalog, self.store, locations, heads, self._step,
-                                 self._duckdb_texts.setdefault(p.name, {}), self._duckdb)
+        inputs = {t: str(e["store"]) for t, e in self.registry()["views"].items()
+                  if t in p.tables}
+        d = driver.DriverRefresh(self._planning_catalog(sorted(inputs)), self.store, locations,
+                                 heads, self._step, self._duckdb_texts.setdefault(p.name, {}),
+                                 self._duckdb, inputs)
         try:
             return driver.run_script(
                 d, p, run, feeds, lambda one_row, known: self._instance_sizes(
@@ -560,7 +659,7 @@ class SparkMaintainer:
         self._ensure([r for st in p.statements for r in reads(st)])
         folded: dict[str, Any] = {}
         for t in p.tables:
-            table = self.catalog.table(t)
+            table = self._table(t)
             feed, _ = feeds[t]
             if feed is None:  # no new row: no job needed to know it is empty
                 if t not in self._no_changes:  # analyzed once: its schema never changes
@@ -741,10 +840,15 @@ class SparkMaintainer:
         """The view's query run from scratch over the base tables at the versions the view
         reflects (its watermarks): what the maintained view must equal."""
         p = self.plan_of(name)
-        marks = self.registry()["views"][name]["watermarks"]
+        reg = self.registry()
+        marks = reg["views"][name]["watermarks"]
         for t in p.tables:
             self._register_base(t, int(marks[t]))
-        return self.spark.sql(query_sql(p.recompute_query(), "spark"))
+        out = self.spark.sql(query_sql(p.recompute_query(), "spark"))  # (bound now)
+        for t in p.tables:  # the views it reads: their temp views back to their latest
+            if t in reg["views"]:
+                self._register_base(t)
+        return out
 
 
 def _bucket_col(p: Plan, target: str, key: Sequence[str]) -> str | None:
@@ -815,3 +919,12 @@ def _norm_type(spark_sql: str) -> str:
     if t.is_type(*exp.DataType.TEXT_TYPES):
         return "STRING"
     return t.sql("spark").replace(" ", "")
+
+
+def _sql_type(spark_type: str) -> str:
+    """A Spark type (``simpleString``) as the catalog spells types (PostgreSQL's names)."""
+    return exp.DataType.build(spark_type, dialect="spark").sql("postgres")
+
+
+def _upstream_map(reg: Mapping[str, Any]) -> dict[str, list[str]]:
+    return {v: list(e.get("upstream") or ()) for v, e in reg["views"].items()}

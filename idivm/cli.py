@@ -241,6 +241,18 @@ def cmd_bench_dbt_suite(args: argparse.Namespace) -> int:
     return 1 if summary["verified"].get("no") else 0
 
 
+def cmd_bench_pipeline(args: argparse.Namespace) -> int:
+    from idivm.bench import pipeline_bench
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends or set(backends) - {"pg", "spark"}:
+        raise IdivmError("--backends is a comma-separated list of pg and spark")
+    if args.sf <= 0 or args.rounds < 1:
+        raise IdivmError("--sf must be positive and --rounds at least 1")
+    return pipeline_bench.run(sf=args.sf, rounds=args.rounds, backends=backends, dsn=args.dsn,
+                              out=args.out, driver_memory=args.driver_memory)
+
+
 def cmd_bench_spark(args: argparse.Namespace) -> int:
     from idivm.bench import spark_bench
 
@@ -625,6 +637,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="maintain every accepted query on PostgreSQL over random changes and "
                    "compare it with its recomputation")
     b.set_defaults(func=cmd_bench_dbt_suite)
+    b = bench.add_parser("pipeline", help="a three-level TPC-H pipeline (views over views): "
+                         "idivm vs recomputing every dataset, on PostgreSQL and Spark")
+    b.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default: 1)")
+    b.add_argument("--rounds", type=int, default=2, help="batches (default: 2)")
+    b.add_argument("--backends", default="pg,spark", help="pg, spark or both (default)")
+    b.add_argument("--dsn", default=_default_dsn(), help="PostgreSQL DSN")
+    b.add_argument("--driver-memory", default="8g", help="Spark driver memory (default: 8g)")
+    b.add_argument("--out", type=Path, default=Path("bench_out/pipeline"),
+                   help="directory of the JSON and PNG (default: bench_out/pipeline)")
+    b.set_defaults(func=cmd_bench_pipeline)
     b = bench.add_parser("spark", help="parts/devices (paper §7.2): maintain vs recompute on "
                          "Spark")
     b.add_argument("--devices-parts", type=int, default=5_000_000, metavar="N",

@@ -28,38 +28,23 @@ from idivm.cli import main as cli_main
 from idivm.errors import BackendError, UnsupportedSQL
 from idivm.postgres import PostgresMaintainer
 
+try:
+    from tests.pipeline_cases import VIEWS, closure, recompute_sql
+except ImportError:  # pragma: no cover - run from inside tests/
+    from pipeline_cases import VIEWS, closure, recompute_sql  # type: ignore[no-redef]
+
 DDL = """
 CREATE TABLE t (id int PRIMARY KEY, g int NOT NULL, x int);
 CREATE TABLE u (g int PRIMARY KEY, name text);
 INSERT INTO t SELECT i, i % 7, (i * 13) % 50 FROM generate_series(1, 300) i;
 INSERT INTO u SELECT i, 'n' || (i % 3) FROM generate_series(0, 6) i;
 """
-# name → SQL over tables and the views before it (the order of creation)
-VIEWS = {
-    "a": "SELECT g, sum(x) AS s, count(*) AS n FROM t GROUP BY g",
-    "b": "SELECT sum(s) AS total, count(*) AS groups FROM a",
-    "c": "SELECT a.g, u.name, a.s FROM a JOIN u ON a.g = u.g WHERE a.s > 1000",
-    "d": "SELECT name, count(*) AS k, sum(s) AS s FROM c GROUP BY name",
-    # reads a base table and a view of it: both at the same snapshot
-    "e": "SELECT t.id, t.x, a.s FROM t JOIN a ON t.g = a.g WHERE t.x > 20",
-}
-UPSTREAM = {"a": [], "b": ["a"], "c": ["a"], "d": ["c"], "e": ["a"]}
-
-
-def _closure(name: str) -> list[str]:
-    out: list[str] = []
-    for u in UPSTREAM[name]:
-        out += [v for v in _closure(u) if v not in out]
-    return [*out, name]
 
 
 def _recomputed(conn: psycopg.Connection[Any], schema: str, name: str) -> Counter[Any]:
     """The view's definition over the base tables: the views it reads as WITH queries."""
-    ups = _closure(name)[:-1]
-    with_ = ", ".join(f"{v} AS ({VIEWS[v]})" for v in ups)
     conn.execute(f"SET search_path = {schema}")
-    sql = (f"WITH {with_} " if with_ else "") + VIEWS[name]
-    return Counter(map(tuple, conn.execute(sql).fetchall()))
+    return Counter(map(tuple, conn.execute(recompute_sql(name)).fetchall()))
 
 
 def _stored(conn: psycopg.Connection[Any], schema: str, name: str) -> Counter[Any]:
@@ -116,8 +101,8 @@ def test_views_over_views_differential(pipeline: Any, pg_schema: str) -> None:
         else:
             name = rng.choice(list(VIEWS))
             st = m.maintain(name)
-            assert sorted(st.upstream) == sorted(_closure(name)[:-1])
-            done = _closure(name)
+            assert sorted(st.upstream) == sorted(closure(name)[:-1])
+            done = closure(name)
         _check(conn, pg_schema, done)
     # nothing pending: nothing consumed twice
     again = m.maintain_all()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -32,3 +34,10 @@ def step(progress: Progress, what: str) -> Iterator[None]:
     yield
     progress.update(task, completed=1)
     progress.stop_task(task)
+
+
+def write_results(c: Console, report: Mapping[str, Any], out: Path) -> None:
+    """A benchmark's report as ``out/results.json`` (the directory made if needed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
+    c.print(f"wrote {out / 'results.json'}")

@@ -48,7 +48,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from idivm.bench import pyplot, step
+from idivm.bench import pyplot, step, write_results
 from idivm.bench.data import PartsDevices, mixed_batch, parts_devices, price_updates
 from idivm.bench.spark_limit import LimitCopy, limit_copies
 from idivm.catalog import Catalog
@@ -204,9 +204,7 @@ def _run(c: Console, root: Path, cfg: _Config, out: Path, master: str | None,
         report["targets"] = _targets(report)
 
     ok = _print(c, report)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
-    c.print(f"wrote {out / 'results.json'}")
+    write_results(c, report, out)
     _plot(c, report, out / "spark_bench.png")
     return 0 if ok else 1
 

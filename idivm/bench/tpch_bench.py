@@ -45,7 +45,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -502,6 +502,19 @@ class QueryRun:
             self.rec["skipped_rounds"] = "all (a create took too long)"
         return [] if slow else live
 
+    def reads(self) -> dict[str, int]:
+        """Rows read so far from each table of the schema and its companion (sequential
+        scans' tuples plus index fetches), as the statistics collector counts them; the
+        maintainer's session flushes its counts at its next commit."""
+        self.m.conn.execute("SELECT pg_stat_force_next_flush()")
+        with self.conn.transaction():
+            self.conn.execute("SELECT pg_stat_clear_snapshot()")
+            rows = self.conn.execute(
+                "SELECT schemaname || '.' || relname, coalesce(seq_tup_read, 0) + "
+                "coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE schemaname IN "
+                "(%s, %s)", (self.schema, f"{self.schema}__idivm")).fetchall()
+        return {str(k): int(v) for k, v in rows}
+
     def recompute(self) -> tuple[float, list[tuple[Any, ...]]]:
         """The query's rows, into a temp table (timed), then fetched."""
         self.conn.execute("DROP TABLE IF EXISTS pg_temp.expected")
@@ -546,6 +559,7 @@ class QueryRun:
                     continue
                 if col not in live:
                     continue
+                before = self.reads() if col == "id" else None
                 t0 = time.perf_counter()
                 try:
                     stats = self.m.maintain(self.name(col))
@@ -564,6 +578,8 @@ class QueryRun:
                 rec[col] = {"s": took, "stats_s": stats.seconds, "changes": stats.changes,
                             "idiff_rows": stats.idiff_rows, "applied_rows": stats.applied_rows,
                             "statement_seconds": stats.statement_seconds}
+                if before is not None:
+                    rec[col]["rows_read"] = read_since(before, self.reads())
                 if took > MAINTAIN_LIMIT_S:
                     self.rec["timeouts"].append(f"round {r + 1} maintain {col}: {took:.0f} s > "
                                                 f"{MAINTAIN_LIMIT_S:.0f} s")
@@ -591,6 +607,40 @@ class QueryRun:
                 self.rec["errors"].append(f"drop {n}: {_err(e)}")
 
 
+def read_since(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """Rows read per relation between two ``QueryRun.reads`` (those read at all), as
+    ``base``/``stored``/``log`` relation kinds: ``<kind>:<name>``."""
+    out = {}
+    for rel, n in after.items():
+        d = n - before.get(rel, 0)
+        if d > 0:
+            schema, _, name = rel.partition(".")
+            kind = "log" if name.startswith("log__") else \
+                "stored" if schema.endswith("__idivm") else "base"
+            out[f"{kind}:{name}"] = d
+    return out
+
+
+def where_time_goes(q: dict[str, Any]) -> dict[str, Any] | None:
+    """The id maintain of the last round: changes consumed, rows read (base tables, stored
+    relations, logs), a lower bound of what a refresh must read (the changes plus the view
+    rows it changes), and its slowest statements."""
+    rounds = [r for r in q.get("rounds", []) if "id" in r and "rows_read" in r["id"]]
+    if not rounds:
+        return None
+    r = rounds[-1]["id"]
+    read: dict[str, int] = r["rows_read"]
+    by_kind = {k: sum(v for n, v in read.items() if n.startswith(k + ":"))
+               for k in ("base", "stored", "log")}
+    changes = sum(r["changes"].values())
+    view_rows = sum(v for k, v in r["applied_rows"].items() if k.endswith("__store"))
+    top = sorted(r["statement_seconds"], key=lambda x: -x[1])[:3]
+    return {"changes": changes, "read": by_kind, "read_total": sum(by_kind.values()),
+            "view_rows_changed": view_rows, "must_read": changes + view_rows,
+            "seconds": r["s"], "top": [[n, round(sec, 4)] for n, sec in top],
+            "read_by_relation": dict(sorted(read.items(), key=lambda kv: -kv[1])[:5])}
+
+
 def summarize(q: dict[str, Any]) -> dict[str, Any]:
     rounds = q.get("rounds", [])
     s: dict[str, Any] = {}
@@ -612,6 +662,7 @@ def summarize(q: dict[str, Any]) -> dict[str, Any]:
     else:
         verdict = "n/a"
     s["verified"] = verdict
+    s["where_time_goes"] = where_time_goes(q)
     return s
 
 
@@ -678,6 +729,25 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
             c.print(f"[yellow]Q{nr} timeout: {e}[/yellow]")
         if q.get("skipped_rounds"):
             c.print(f"[yellow]Q{nr}: rounds skipped: {q['skipped_rounds']}[/yellow]")
+    w = Table(title="where the id refresh goes (last round)", title_style="bold",
+              caption="changes: effective changes consumed; rows read: sequential-scan tuples "
+              "plus index fetches counted by PostgreSQL's statistics, per kind of relation "
+              "(base tables / idivm's stored views and caches / change logs); must read: the "
+              "changes plus the view rows changed, a lower bound; slowest: its three slowest "
+              "statements")
+    for h in ("query", "changes", "rows read (base / stored / log)", "must read",
+              "read ÷ must", "id ms", "slowest statements (ms)"):
+        w.add_column(h, justify="left" if h in ("query", "slowest statements (ms)") else "right")
+    for nr, q in sorted(result["queries"].items(), key=lambda kv: int(kv[0])):
+        x = (q.get("summary") or {}).get("where_time_goes")
+        if not x:
+            continue
+        rd = x["read"]
+        w.add_row(f"Q{nr}", f"{x['changes']:,}", f"{x['read_total']:,} ({rd['base']:,} / "
+                  f"{rd['stored']:,} / {rd['log']:,})", f"{x['must_read']:,}",
+                  _x(x["read_total"] / max(x["must_read"], 1), 0), _fms(x["seconds"]),
+                  ", ".join(f"{n} {sec * 1000:.0f}" for n, sec in x["top"]))
+    c.print(w)
     setup = result["setup"]
     c.print(f"[dim]setup: generate {setup['generate_s']:.1f} s, copy {setup['copy_s']:.1f} s, "
             f"analyze {setup['analyze_s']:.1f} s; rows " + ", ".join(

@@ -48,8 +48,21 @@ def test_tiny_run_verifies_every_view(pg_dsn: str, tmp_path: Path) -> None:
         assert r["id"]["s"] > 0 and r["tuple"]["s"] > 0 and r["recompute_s"] > 0
         assert r["batch"]["rf1 orders"] >= 1 and r["batch"]["rf2 orders"] >= 1
         assert r["id"]["changes"]["lineitem"] > 0
+        # where the refresh goes: it read its changes from the logs, at least
+        w = q["summary"]["where_time_goes"]
+        assert w["read"]["log"] > 0 and w["read_total"] >= w["read"]["log"]
+        assert w["must_read"] >= w["changes"] > 0 and w["top"]
     text = out.getvalue()
     assert "Q6" in text and "equalled its recomputation" in text
+    assert "where the id refresh goes" in text
+
+
+def test_rows_read_by_kind_of_relation() -> None:
+    before = {"s.lineitem": 10, "s__idivm.q1__store": 5, "s__idivm.log__lineitem": 0}
+    after = {"s.lineitem": 10, "s__idivm.q1__store": 9, "s__idivm.log__lineitem": 7,
+             "s.orders": 3}
+    assert tpch_bench.read_since(before, after) == {
+        "stored:q1__store": 4, "log:log__lineitem": 7, "base:orders": 3}
 
 
 def test_a_wrong_view_fails_loudly(pg_dsn: str, tmp_path: Path,

@@ -268,3 +268,31 @@ def test_pipeline_run_folder(pg_dsn: str, pg_schema: str, tmp_path: Path,
         (tmp_path / "x.sql").write_text("CREATE STREAMING TABLE s AS SELECT * FROM t")
         assert cli_main(args) != 0
         assert "STREAMING TABLE" in capsys.readouterr().err
+
+
+def test_a_failed_pipeline_maintain_changes_nothing(pipeline: Any, pg_schema: str) -> None:
+    """A pipeline maintain is one transaction: cancelled (a statement timeout) at any point,
+    nothing of it stays — not a's refresh, not the log rows c and d would have read — and the
+    next maintain makes every view equal its recomputation."""
+    from idivm.errors import MaintenanceError
+
+    m, conn = pipeline
+    rng = random.Random(9)
+    outcomes = []
+    for timeout_ms in (1, 2, 5, 10, 20):
+        _batch(conn, pg_schema, rng, 30)
+        before = {v: _stored(conn, pg_schema, v) for v in ("a", "c", "d")}
+        m.conn.execute(f"SET statement_timeout = {timeout_ms}")
+        try:
+            m.maintain("d")
+            failed = False
+        except MaintenanceError:
+            failed = True
+        finally:
+            m.conn.execute("SET statement_timeout = 0")
+        outcomes.append(failed)
+        if failed:
+            assert {v: _stored(conn, pg_schema, v) for v in ("a", "c", "d")} == before
+        m.maintain("d")
+        _check(conn, pg_schema, ["a", "c", "d"])
+    assert any(outcomes)

@@ -576,8 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "graph and what a run would do, and why")
     a.add_argument("--spec", required=True, metavar="PATH",
                    help="the project folder, or its spark-pipeline.yml/.yaml")
-    a.add_argument("--strategy", choices=("auto", "id", "recompute"), default="auto",
-                   help="refresh strategy of the datasets it creates (default: auto)")
+    a.add_argument("--strategy", choices=("auto", "id", "recompute"),
+                   help="refresh strategy of the datasets it creates (default: auto) and of "
+                   "this run's refreshes (default: each dataset's own)")
     a.add_argument("--full-refresh", action="store_true",
                    help="recompute every dataset (as spark-pipelines' flag does)")
     a.add_argument("--master", metavar="URL", help="Spark master (default: embedded)")

@@ -160,9 +160,11 @@ def dry_run(spec: Spec, full_refresh: bool = False) -> dict[str, Any]:
     return out
 
 
-def run(spec: Spec, strategy: RefreshStrategy = "auto", full_refresh: bool = False,
+def run(spec: Spec, strategy: RefreshStrategy | None = None, full_refresh: bool = False,
         master: str | None = None) -> dict[str, Any]:
-    """Create, re-create and refresh the project's datasets (see the module doc)."""
+    """Create, re-create and refresh the project's datasets (see the module doc).
+    ``strategy``: the refresh strategy of the datasets it creates (default ``auto``) and, when
+    given, of this run's refreshes (default: each dataset's own)."""
     from idivm.spark import SparkMaintainer
     from idivm.spark.session import driver_conf, spark_session
 
@@ -199,9 +201,9 @@ def run(spec: Spec, strategy: RefreshStrategy = "auto", full_refresh: bool = Fal
     for s in steps:
         if s.action in ("create", "recreate"):
             t0 = time.perf_counter()
-            m.create_view(s.name, by_name[s.name].sql, strategy=strategy)
+            m.create_view(s.name, by_name[s.name].sql, strategy=strategy or "auto")
             created[s.name] = time.perf_counter() - t0
-    stats = m.maintain_all(strategy="recompute" if full_refresh else None)
+    stats = m.maintain_all(strategy="recompute" if full_refresh else strategy)
     out: dict[str, Any] = {"pipeline": spec.name, "storage": str(spec.storage),
                            "datasets": [], "left_alone": sorted(set(have) - names)}
     for s in steps:

@@ -296,3 +296,20 @@ def test_a_failed_pipeline_maintain_changes_nothing(pipeline: Any, pg_schema: st
         m.maintain("d")
         _check(conn, pg_schema, ["a", "c", "d"])
     assert any(outcomes)
+
+
+def test_ddl_on_a_pipeline(pipeline: Any, pg_schema: str) -> None:
+    """DDL that would leave a view over a view silently wrong is refused — on the upstream's
+    stored table (whose triggers feed the views over it) as on a base table; DDL on columns no
+    view reads is absorbed, and the pipeline stays exact."""
+    m, conn = pipeline
+    store = f'"{pg_schema}__idivm".a__store'
+    for ddl in (f"ALTER TABLE {store} RENAME COLUMN s TO s2",
+                f"ALTER TABLE {store} DISABLE TRIGGER ALL",
+                f"ALTER TABLE {pg_schema}.t RENAME COLUMN x TO x2"):
+        with pytest.raises(psycopg.Error, match="incrementally maintained views"):
+            conn.execute(ddl)
+    conn.execute(f"ALTER TABLE {pg_schema}.t ADD COLUMN note text")
+    conn.execute(f"UPDATE {pg_schema}.t SET x = x + 2, note = 'n' WHERE id < 40")
+    m.maintain_all()
+    _check(conn, pg_schema, list(VIEWS))

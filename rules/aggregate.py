@@ -294,6 +294,65 @@ def group_state(ctx: RuleContext, node: A.Aggregate, delta: exp.Select,
                     inputs, nonkey, nonkey)
 
 
+def touched_groups(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode]
+                   ) -> exp.Expr | None:
+    """The groups the i-diffs touch, when recomputing them from Input_post is cheaper than
+    per-group deltas; else None. So when γ's input has no cache (its pre-state would be
+    re-derived from the base tables' pre-states), some Δ- or Δu names whole groups (its IDs are
+    group columns: the input's rows were re-derived, as an outer join or a probe does, so the
+    deltas would read those groups twice, before and after), and every i-diff carries the group
+    columns of the rows it names (as IDs, post-values of a Δ+, pre- and post-values of a Δu)."""
+    child = node.child
+    if not node.group_by or keeps_input_cache(child, ctx.info(child.nid)):
+        return None
+    g = set(node.group_by)
+    if not any(d.schema.kind != "ins" and d.schema.ids and set(d.schema.ids) <= g
+               for d in diffs):
+        return None
+    parts: list[exp.Select] = []
+    for d in diffs:
+        s = d.schema
+        images: list[dict[str, exp.Expr]] = []
+        for which in (("post",) if s.kind == "ins" else ("pre",) if s.kind == "del"
+                      else ("pre", "post")):
+            vals = {k: ctx.pre_val(d, k, "i") if which == "pre" else ctx.post_val(d, k, "i")
+                    for k in node.group_by}
+            if s.kind == "upd":  # a group column the Δu leaves alone is the same before/after
+                vals = {k: v if v is not None else ctx.pre_val(d, k, "i")
+                        for k, v in vals.items()}
+            if any(v is None for v in vals.values()):
+                return None
+            images.append(vals)  # type: ignore[arg-type]
+        parts += [select([(k, v[k]) for k in node.group_by], ctx.rel(d, "i")) for v in images]
+    return union_all(parts)
+
+
+def regroup_state(ctx: RuleContext, node: A.Aggregate, groups: exp.Expr,
+                  inputs: Sequence[DiffNode]) -> DiffNode:
+    """Pre- and post-state of every touched group (a Δu over all non-ID columns): Output
+    before, the group recomputed from Input_post after (absent: it emptied)."""
+    nid, child = node.nid, node.child.nid
+    keys = node.keys
+    nullable = {g: ctx.info(nid).nullable.get(g, True) for g in node.group_by}
+    on_g = [(g, g) for g in node.group_by]
+    t_ = select([(g, c(g, "t")) for g in node.group_by], subquery(groups, "t"), distinct=True)
+    m = select(aggregate_items(node, lambda x: c(x, "p")), ctx.state("post", child, "p"),
+               exp.Exists(this=exp.select(exp.Literal.number(1)).from_(
+                   subquery(t_.copy(), "t")).where(match(on_g, "p", "t", nullable))))
+    m = m.group_by(*[c(g, "p") for g in node.group_by])
+    nonkey = [k for k in node.columns if k not in keys]
+    items: list[tuple[str, exp.Expr]] = [(k, c(k, "t")) for k in keys]
+    items += [(pre_name(k), c(k, "o")) for k in nonkey]
+    items += [(post_name(k), exp.Coalesce(this=c(k, "m"), expressions=[exp.Literal.number(0)])
+               if k == A.COUNT else c(k, "m")) for k in nonkey]
+    q = select(items, subquery(t_, "t"))
+    q = q.join(ctx.state("output", nid, "o"), on=match(on_g, "t", "o", nullable),
+               join_type="left")
+    q = q.join(subquery(m, "m"), on=match(on_g, "t", "m", nullable), join_type="left")
+    return ctx.emit("upd", nid, keys, q, "γ: the touched groups recomputed from Input_post "
+                    "(whole groups re-derived below) ⋈ Output", inputs, nonkey, nonkey)
+
+
 def group_existed(alias: str) -> exp.Expr:
     return exp.Not(this=exp.Is(this=c(pre_name(A.COUNT), alias), expression=exp.null()))
 
@@ -314,7 +373,9 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
     nid = node.nid
     keys = node.keys
     diffs = [d for _, d in inputs]
-    state = group_state(ctx, node, _delta(ctx, node, diffs), diffs)
+    groups = touched_groups(ctx, node, diffs)
+    state = regroup_state(ctx, node, groups, diffs) if groups is not None else \
+        group_state(ctx, node, _delta(ctx, node, diffs), diffs)
     nonkey = list(state.schema.post)
     out = []
     existed, alive, changed = group_existed("s"), group_alive("s"), group_changed(nonkey, "s")
@@ -340,11 +401,21 @@ def render(r: Renderer, node: A.Node) -> exp.Select:
     """GROUP BY with the output, count(*) and the hidden state of SUM and AVG (Table 12)."""
     assert isinstance(node, A.Aggregate)
     src, a = r.rel(node.child)
-    items: list[tuple[str, exp.Expr]] = [(g, c(g, a)) for g in node.group_by]
+    q = select(aggregate_items(node, lambda x: c(x, a)), src)
+    if node.group_by:
+        q = q.group_by(*[c(g, a) for g in node.group_by])
+    return q
+
+
+def aggregate_items(node: A.Aggregate, col: Callable[[str], exp.Expr]
+                    ) -> list[tuple[str, exp.Expr]]:
+    """γ's columns over its input's columns (``col``): the groups, the aggregates, count(*)
+    and the hidden state of SUM and AVG (Table 12)."""
+    items: list[tuple[str, exp.Expr]] = [(g, col(g)) for g in node.group_by]
     if node.is_global:
         items.append(("__g", exp.Literal.number(0)))
     for agg in node.aggs:
-        x = c(agg.arg, a) if agg.arg else None
+        x = col(agg.arg) if agg.arg else None
         f: exp.Expr
         if agg.func == "count_star":
             f = exp.Count(this=exp.Star())
@@ -357,12 +428,9 @@ def render(r: Renderer, node: A.Node) -> exp.Select:
     for agg in node.aggs:
         if agg.func in ("sum", "avg"):
             if agg.func == "avg":
-                items.append((f"__sum_{agg.name}", exp.Sum(this=c(agg.arg or "", a))))
-            items.append((f"__nn_{agg.name}", exp.Count(this=c(agg.arg or "", a))))
-    q = select([(k, dict(items)[k]) for k in node.columns], src)
-    if node.group_by:
-        q = q.group_by(*[c(g, a) for g in node.group_by])
-    return q
+                items.append((f"__sum_{agg.name}", exp.Sum(this=col(agg.arg or ""))))
+            items.append((f"__nn_{agg.name}", exp.Count(this=col(agg.arg or ""))))
+    return [(k, dict(items)[k]) for k in node.columns]
 
 
 def fresh(f: Flattener, node: A.Node) -> None:
@@ -372,7 +440,14 @@ def fresh(f: Flattener, node: A.Node) -> None:
     f.derived_atom(node)
 
 
+def restrict(node: A.Node, cols: tuple[str, ...]) -> tuple[int, dict[str, str]] | None:
+    """A semi-join on group-by columns names whole groups: it goes below γ (on those)."""
+    assert isinstance(node, A.Aggregate)
+    on = {k: k for k in cols if k in set(node.group_by)}
+    return (0, on) if on else None
+
+
 RULE = OperatorRule(op=A.Aggregate, paper="Tables 7, 9, 11, 12", infer=infer,
                     propagate_all=propagate_all,
                     conditions=lambda n: set(n.group_by),  # type: ignore[attr-defined]
-                    render=render, fresh=fresh)
+                    render=render, fresh=fresh, restrict=restrict)

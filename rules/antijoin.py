@@ -29,4 +29,5 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
 
 RULE = OperatorRule(op=A.AntiJoin, paper="Table 13", infer=infer, propagate=propagate,
                     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
-                    render=render, combines=True, fresh=SEMI.fresh)
+                    render=render, combines=True, fresh=SEMI.fresh,
+                    restrict=SEMI.restrict)

@@ -19,6 +19,7 @@ from idivm.planner.ruleapi import (
     merge_equiv,
     minimize_key,
     not_true,
+    restrict_into,
     select,
 )
 from idivm.render import Flat, Renderer
@@ -161,5 +162,6 @@ def fresh(f: Flattener, node: A.Node) -> None:
 
 RULE = OperatorRule(op=A.Join, paper="Tables 4, 10", infer=infer, propagate=propagate,
                     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
-                    render=render, combines=True, fresh=fresh)
+                    render=render, combines=True, fresh=fresh,
+                    restrict=restrict_into(0, 1))
 

@@ -33,6 +33,7 @@ from idivm.planner.ruleapi import (
     RuleContext,
     and_all,
     c,
+    restrict_into,
     select,
     subquery,
 )
@@ -65,7 +66,7 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     side = node.children[idx]
     sym = _sym(idx)
     on_side = A.referenced(node.predicate) & set(side.columns)
-    if s.kind == "upd" and not on_side & set(s.post):
+    if s.kind == "upd" and not on_side & set(s.post) and not _padded_ids_nullable(ctx, node, idx):
         return [ctx.passthrough(d, nid, f"⟕: Δu_{sym} on attributes φ does not read passes")]
     if idx == 0 and not node.full and s.kind == "ins":
         return [ctx.emit("ins", nid, ctx.info(nid).ids, _pad_join(ctx, node, d),
@@ -76,6 +77,16 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     for dele in touched(ctx, node, idx, d):
         out += [dele, rederive(ctx, node, dele, "⟕: Δ+ = Input_post ⋉_IDs Δ-")]
     return out
+
+
+def _padded_ids_nullable(ctx: RuleContext, node: A.OuterJoin, idx: int) -> bool:
+    """Whether input ``idx`` is padded (r, or either side of ⟗) and one of its IDs may be
+    NULL in its own rows (a group of NULLs below): then a padded row and that row share the
+    NULL, so an i-diff named by its IDs would also name the padded rows (re-derive instead)."""
+    if idx == 0 and not node.full:
+        return False
+    info = ctx.info(node.children[idx].nid)
+    return any(info.nullable.get(k, True) for k in info.ids)
 
 
 def touched(ctx: RuleContext, node: A.OuterJoin, idx: int, d: DiffNode) -> list[DiffNode]:
@@ -173,6 +184,7 @@ RULE = OperatorRule(
     op=A.OuterJoin, paper="Larson & Zhou; Gupta & Mumick (outer joins), by IDs", infer=infer,
     propagate=propagate,
     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
-    render=render, combines=True,
+    render=render, combines=True, restrict=lambda n, cols: None if n.full  # type: ignore[attr-defined]
+    else restrict_into(0)(n, cols),
     fresh_refusal=("outer join", "fresh views maintain inner select-project-join-aggregate "
                    "queries; a padded row is not a product of relation atoms"))

@@ -166,6 +166,16 @@ def fresh(f: Flattener, node: A.Node) -> None:
         f.env[name] = f.convert(e)
 
 
+def restrict(node: A.Node, cols: tuple[str, ...]) -> tuple[int, dict[str, str]] | None:
+    """A semi-join on output columns that are input columns renamed goes below π (on
+    those)."""
+    assert isinstance(node, A.Project)
+    exprs = dict(node.exprs)
+    on = {k: e.name for k in cols if isinstance(e := exprs[k], exp.Column)}
+    return (0, on) if on else None
+
+
 RULE = OperatorRule(op=A.Project, paper="Table 8", infer=infer, propagate=propagate,
-                    tuple_safe=True, render=render, fresh=fresh, keeps_output=True)
+                    tuple_safe=True, render=render, fresh=fresh, keeps_output=True,
+                    restrict=restrict)
 

@@ -19,6 +19,7 @@ from idivm.planner.ruleapi import (
     merge_equiv,
     minimize_key,
     not_true,
+    restrict_passes,
     select,
 )
 from idivm.render import Flat, Renderer
@@ -115,5 +116,6 @@ def fresh(f: Flattener, node: A.Node) -> None:
 
 RULE = OperatorRule(op=A.Select, paper="Table 6", infer=infer, propagate=propagate,
                     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
-                    tuple_safe=True, render=render, fresh=fresh)
+                    tuple_safe=True, render=render, fresh=fresh,
+                    restrict=restrict_passes)
 

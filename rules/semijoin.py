@@ -16,6 +16,7 @@ from idivm.planner.ruleapi import (
     RuleContext,
     c,
     exists,
+    restrict_into,
     select,
     subquery,
     union_all,
@@ -156,11 +157,24 @@ def render(r: Renderer, node: A.Node) -> Flat:
     assert isinstance(node, A.SemiJoin | A.AntiJoin)
     f = r.flat(node.left)
     rs, ra = r.rel(node.right)
-    probe: exp.Expr = exists(rs, A.rename_columns(node.predicate, {
-        **{k: atom(v) for k, v in f.cols.items()},
-        **{k: c(k, ra) for k in node.right.columns}}))
-    f.where.append(exp.Not(this=probe) if isinstance(node, A.AntiJoin) else probe)
+    on = A.rename_columns(node.predicate, {**{k: atom(v) for k, v in f.cols.items()},
+                                           **{k: c(k, ra) for k in node.right.columns}})
+    if isinstance(node, A.AntiJoin):
+        # NOT EXISTS over a UNION ALL (a pre-state: kept rows ∪ old rows) as one NOT EXISTS
+        # per branch: each an anti-join an engine can drive through an index on φ's columns
+        f.where += [exp.Not(this=exists(b, on.copy())) for b in _branches(rs, ra)]
+    else:
+        f.where.append(exists(rs, on))
     return f
+
+
+def _branches(rel: exp.Expr, alias: str) -> list[exp.Expr]:
+    """The branches of a derived table that is a UNION ALL, each under ``alias``."""
+    inner = rel.this if isinstance(rel, exp.Subquery) else None
+    if not isinstance(inner, exp.Union) or inner.args.get("distinct"):
+        return [rel]
+    return [b for x in (inner.this, inner.expression)
+            for b in _branches(subquery(x.copy(), alias), alias)]
 
 
 def fresh(f: Flattener, node: A.Node) -> None:
@@ -173,4 +187,5 @@ def fresh(f: Flattener, node: A.Node) -> None:
 
 RULE = OperatorRule(op=A.SemiJoin, paper="Table 13 (mirrored)", infer=infer, propagate=propagate,
                     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
-                    render=render, combines=True, fresh=fresh)
+                    render=render, combines=True, fresh=fresh,
+                    restrict=restrict_into(0))

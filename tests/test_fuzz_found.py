@@ -27,6 +27,21 @@ class Case:
 
 
 CASES = {
+    # a NULL group (below a ⟗) as the padded side's ID of a RIGHT join: the Δu of its SUM,
+    # named by that NULL ID, also named the padded row of the preserved side's NULL group
+    "seed27010_null_id_on_the_padded_side": Case(
+        "CREATE TABLE t0 (k0 text NOT NULL, c0 text, c1 int, PRIMARY KEY (k0));"
+        "CREATE TABLE t1 (k0 int NOT NULL, c0 date NOT NULL, c1 text NOT NULL, c2 int, "
+        "PRIMARY KEY (k0));",
+        "INSERT INTO t0 (k0, c0, c1) VALUES ('c', 'a', 8), ('b', NULL, 2), ('a', 'b', NULL), "
+        "('d', 'a', 2); INSERT INTO t1 (k0, c0, c1, c2) VALUES (6, '2024-01-05', 'c', 7), "
+        "(1, '2024-01-05', 'd', 8), (3, '2024-01-05', 'a', 0), (8, '2024-01-03', 'a', 3), "
+        "(7, '2024-01-02', 'a', 6)",
+        ("UPDATE t0 SET c0 = NULL, c1 = NULL WHERE c1 = 2",),
+        "WITH w1 AS (SELECT d2.c1 AS c0, SUM(a5.k0) AS c1 FROM (SELECT a4.c2 AS c0, a3.c1 AS c1 "
+        "FROM t0 AS a3, t1 AS a4) AS d2 FULL JOIN t1 AS a5 ON d2.c0 = a5.k0 GROUP BY d2.c1) "
+        "SELECT a6.c0 AS c0, a6.c1 AS c1, a6.c0 AS c2 FROM w1 AS a6 RIGHT JOIN w1 AS a7 "
+        "ON a6.c0 = a7.c0"),
     # a ∪ branch's constant (4) padded as an untyped NULL in the other branch: text vs int
     "seed203_union_constant": Case(
         "CREATE TABLE t0 (k0 int, k1 int, c1 int NOT NULL, PRIMARY KEY (k0, k1));"

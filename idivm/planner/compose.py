@@ -259,17 +259,59 @@ class Resolver:
         return None
 
     # relations with all of a node's columns
-    def state(self, nid: int, which: str, applied: frozenset[int]) -> exp.Expr:
+    def state(self, nid: int, which: str, applied: frozenset[int],
+              named: tuple[exp.Expr, tuple[str, ...]] | None = None) -> exp.Expr:
+        """Input_pre / Input_post of ``nid``; with ``named`` (a relation and the IDs it
+        names rows by), also the semi-join on those IDs, pushed down to the scan or cache the
+        IDs come from where the operators between allow it (``OperatorRule.restrict``): the
+        rows a semi-join above would keep, and those of no other IDs, are read."""
         node = self.nodes[nid]
+        target = self._restrict_target(nid, named[1], which, applied) if named else None
 
         def leaf(n: A.Node) -> exp.Expr | None:
+            rel: exp.Expr | None = None
             if n.nid in self.mats and n.nid in applied:
-                return t(self.mats[n.nid].name) if which == "post" else self.cache_pre(n.nid)
-            if which == "pre" and isinstance(n, A.Scan):
-                return self.base_pre(n)
-            return None
+                rel = t(self.mats[n.nid].name) if which == "post" else self.cache_pre(n.nid)
+            elif which == "pre" and isinstance(n, A.Scan):
+                rel = self.base_pre(n)
+            elif target is not None and target[0] == n.nid and isinstance(n, A.Scan):
+                rel = select([(p, c(b, "r")) for p, b in zip(n.cols, n.base_cols, strict=True)],
+                             t(self.catalog.table(n.table).name, "r"))
+            if target is None or target[0] != n.nid or rel is None or named is None:
+                return rel
+            info = self.infos[n.nid]
+            on = list(target[1].items())
+            nullable = {k: info.nullable.get(k, True) for k, _ in on}
+
+            def semi(r: exp.Expr) -> exp.Expr:  # into each branch of a UNION ALL
+                if isinstance(r, exp.Union) and not r.args.get("distinct"):
+                    return exp.union(semi(r.this), semi(r.expression), distinct=False)
+                return select([(k, c(k, "s")) for k in n.columns], subquery(r, "s") if not
+                              isinstance(r, exp.Table) else t(r.name, "s"),
+                              exists(subquery(named[0].copy(), "z"), match(on, "s", "z",
+                                                                           nullable)))
+
+            return semi(rel)
 
         return render(node, leaf, self.types)
+
+    def _restrict_target(self, nid: int, ids: tuple[str, ...], which: str,
+                         applied: frozenset[int]) -> tuple[int, dict[str, str]] | None:
+        """The scan or applied cache a semi-join of ``nid``'s rows on ``ids`` can be repeated
+        at, and {its column: the ID it matches} for the IDs it can be on there; None when
+        none."""
+        from idivm.rules import rule_for
+
+        node, on = self.nodes[nid], {k: k for k in ids}  # column here → the ID
+        while True:
+            if node.nid in self.mats and node.nid in applied or isinstance(node, A.Scan):
+                return (node.nid, on) if node.nid != nid else None
+            fn = rule_for(node).restrict
+            step = fn(node, tuple(on)) if fn is not None else None
+            if step is None:
+                return None
+            node, on = node.children[step[0]], {below: on[above]
+                                                 for above, below in step[1].items()}
 
     def base_pre(self, scan: A.Scan) -> exp.Expr:
         """R_pre = (R minus the changed keys) ∪ the pre-images of the changes."""
@@ -326,7 +368,6 @@ class Resolver:
             side = self.base_side(scan, which)
             return render(node, lambda n: side.copy() if n is scan else None, self.types)
         info = self.infos[nid]
-        state = self.state(nid, "pre" if which == "old" else "post", applied)
         nullable = {k: True for k in node.columns if info.nullable.get(k, True)}
         # one semi-join per set of IDs the i-diffs name rows by, with the union of those
         # i-diffs' IDs: an engine drives it from the (small) union through the IDs' indexes,
@@ -339,11 +380,14 @@ class Resolver:
         for ids, ds in by_ids.items():
             named = union_all([select([(k, c(k, "z")) for k in ids], t(d.name, "z"))
                                for d in ds])
-            probe = exists(subquery(named, "z"), match([(k, k) for k in ids], "s", "z",
-                                                       nullable))
+            probe = exists(subquery(named.copy(), "z"), match([(k, k) for k in ids], "s", "z",
+                                                              nullable))
+            pushed = self.state(nid, "pre" if which == "old" else "post", applied,
+                                (named, ids))
             parts.append(select([(k, c(k, "s")) for k in node.columns],
-                                subquery(state.copy(), "s"), probe))
+                                subquery(pushed, "s"), probe))
         if not parts:
+            state = self.state(nid, "pre" if which == "old" else "post", applied)
             return select([(k, c(k, "s")) for k in node.columns], subquery(state, "s"),
                           exp.false())
         out: exp.Expr = parts[0]
@@ -355,8 +399,9 @@ class Resolver:
         node = self.nodes[nid]
         d = self.dag.diffs[diff]
         info = self.infos[nid]
-        src = subquery(self.state(nid, which, applied), "s")
         ids = info.ids if d.schema.kind == "ins" else d.schema.ids
+        named = select([(k, c(k, "z")) for k in ids], t(diff, "z"))
+        src = subquery(self.state(nid, which, applied, (named, ids)), "s")
         nullable = {k: True for k in ids if info.nullable.get(k, True)}
         return select([(k, c(k, "s")) for k in node.columns], src,
                       exists(t(diff, "z"), match([(k, k) for k in ids], "s", "z", nullable)))

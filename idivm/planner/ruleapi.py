@@ -34,6 +34,7 @@ InferFn = Callable[[A.Node, "Sequence[NodeInfo]", Catalog], "tuple[A.Node, NodeI
 PropagateFn = Callable[["RuleContext", A.Node, int, DiffNode], "list[DiffNode]"]
 PropagateAllFn = Callable[["RuleContext", A.Node, "list[tuple[int, DiffNode]]"], "list[DiffNode]"]
 RenderFn = Callable[["Renderer", A.Node], "Flat | exp.Select"]
+RestrictFn = Callable[[A.Node, "tuple[str, ...]"], "tuple[int, dict[str, str]] | None"]
 FreshFn = Callable[["Flattener", A.Node], None]
 
 
@@ -64,10 +65,35 @@ class OperatorRule:
     # keeps_output: the operator's rows are its input's, renamed (π), so the view read through
     # it can be the cache of an aggregate below; every other operator drops the columns its
     # input carries only for that (``NodeInfo.output_carry``)
+    # restrict(): where a semi-join on some of the operator's output columns can be repeated
+    # below it: (the input, {column: its name there} for the columns it can be on there — a
+    # subset is a weaker semi-join, implied by the one that stays above), or None. Reading
+    # Input ⋉_IDs Δ, the resolver repeats the semi-join at the scan or cache the IDs come from
+    # (sideways information passing), so an engine reads only the named rows of a state it
+    # cannot push a semi-join into by itself (a UNION ALL of kept and old rows, the preserved
+    # side of an outer join probed on both sides' IDs)
+    restrict: RestrictFn | None = None
 
     @property
     def blocking(self) -> bool:
         return self.propagate_all is not None
+
+
+def restrict_passes(node: A.Node, cols: tuple[str, ...]) -> tuple[int, dict[str, str]] | None:
+    """``restrict`` of an operator that keeps its input's rows and names (σ)."""
+    return 0, {k: k for k in cols}
+
+
+def restrict_into(*sides: int) -> RestrictFn:
+    """``restrict`` of an operator whose rows each hold one row of each input in ``sides``
+    under the same names (⋈: either, ⟕: the preserved one, ⋉/▷: the left one): into the one
+    holding most of the columns, on those."""
+    def go(node: A.Node, cols: tuple[str, ...]) -> tuple[int, dict[str, str]] | None:
+        best = max(sides, key=lambda i: len(set(cols) & set(node.children[i].columns)))
+        on = {k: k for k in cols if k in set(node.children[best].columns)}
+        return (best, on) if on else None
+
+    return go
 
 
 # -- functional dependencies ----------------------------------------------------------------

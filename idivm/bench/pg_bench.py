@@ -77,7 +77,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from idivm.bench import pyplot, step
+from idivm.bench import pgivm, pyplot, step
+from idivm.bench.pgivm import drop_schemas
 from idivm.errors import IdivmError
 from idivm.examples import V_PRIME_SQL, V_SQL
 from idivm.planner.model import Strategy
@@ -371,12 +372,6 @@ def _connect(dsn: str, schema: str | None = None) -> Conn:
     return conn
 
 
-def drop_schemas(dsn: str, *schemas: str) -> None:
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        for s in schemas:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(s)))
-
-
 def _timed(conn: Conn, query: sql.Composed) -> float:
     t0 = time.perf_counter()
     conn.execute(query)
@@ -520,12 +515,8 @@ class SizeRun:
         """Per view, a schema with a copy of the base tables and the view as a pg_ivm IMMV;
         when pg_ivm cannot be loaded, say why (``self.pg_ivm``) and measure without it."""
         s = self.size
-        try:
-            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-                conn.execute("LOAD 'pg_ivm'")
-                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_ivm")
-        except psycopg.Error as e:
-            self.pg_ivm = f"pg_ivm is not installed on the server ({str(e).strip()})"
+        self.pg_ivm = pgivm.unavailable(self.dsn)
+        if self.pg_ivm:
             return
         for v in VIEWS:
             schema = s.schema_c(v)
@@ -534,8 +525,7 @@ class SizeRun:
                 t0 = time.perf_counter()
                 with psycopg.connect(self.dsn, autocommit=True) as conn:
                     conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-                c = self.cc[v.name] = _connect(self.dsn, schema)
-                c.execute("LOAD 'pg_ivm'")
+                c = self.cc[v.name] = pgivm.connect(self.dsn, schema)
                 with c.transaction():
                     for q in CREATE_TABLES:
                         c.execute(q)
@@ -544,11 +534,8 @@ class SizeRun:
                             sql.Identifier(schema, t), sql.Identifier(s.schema_b, t)))
                     for q in ADD_CONSTRAINTS:
                         c.execute(q)
-                    c.execute("SELECT pgivm.create_immv(%s, %s)", (v.immv, v.sql))
-                    for q in IMMV_INDEXES[v.name]:
-                        c.execute(q)
-                c.execute(sql.SQL("ANALYZE devices, parts, devices_parts, {}").format(
-                    sql.Identifier(v.immv)))
+                pgivm.create_immv(c, v.immv, v.sql, [sql.SQL(q) for q in IMMV_INDEXES[v.name]])
+                c.execute("ANALYZE devices, parts, devices_parts")
                 self.setup[f"create pg_ivm {v.label} s"] = time.perf_counter() - t0
 
     def prepare_b_views(self) -> None:

@@ -18,12 +18,40 @@ round is one batch in TPC-H's shape, applied in one transaction:
   supplier of the same part (one with a ``partsupp`` row);
 - RF2: 0.1% of the existing orders deleted with their lineitems.
 
-Then, in an order rotated each round: ``maintain`` of the id view, of the tuple view, and the
-recomputation (``CREATE TEMP TABLE … AS <query>``, timed). After every round (and once after
-creating) both views are compared with the recomputed rows as multisets; columns holding
-fractions (floats, or numerics with more than 8 decimals: averages, ratios) are compared to 6
+Then, in an order rotated each round, side by side:
+
+- ``id`` / ``tuple``: ``maintain`` of that view (the batch itself, applied to the schema whose
+  triggers log the changes, is timed on its own: ``apply``);
+- ``recompute``: ``CREATE TEMP TABLE … AS <query>``;
+- ``refresh``: ``REFRESH MATERIALIZED VIEW`` of a materialized view of the query in the same
+  schema (``q<N>_mv``, created ``WITH NO DATA``: its first refresh fills it);
+- ``pg_ivm`` (when the server has pg_ivm, ``LOAD 'pg_ivm'`` works, and it accepts the query):
+  the same batch applied, timed whole, to pg_ivm's own copy of the base tables, where an IMMV
+  of the query (``q<N>_ivm``, ``pgivm.create_immv``) is maintained inside the statements' AFTER
+  triggers. It compares with idivm's ``apply + id``. The copy is one schema for the run,
+  ``<schema>_pgivm``: the TPC-H tables with the same primary keys, copied right after the load
+  and given every batch the benchmark schema gets (also while no IMMV lives on it). It holds
+  only the IMMV of the query being measured — created before the query's rounds, dropped after —
+  because pg_ivm maintains every IMMV over a table in each statement on it: an IMMV per query
+  on one copy would time them all, and a copy per query would copy the data 22 times. pg_ivm
+  indexes an IMMV itself when it groups (or its target list holds every base table's key); when
+  it cannot, its notice (kept in the JSON) advises an index by hand. A query pg_ivm refuses gets
+  its error message and no column. When pg_ivm cannot be loaded the run says why and leaves the
+  column out (``scripts/install_pg_ivm.sh`` builds it from its source).
+
+After every round (and once after creating) every view — id, tuple, the materialized view and
+the IMMV — is compared with the recomputed rows as multisets; columns holding fractions
+(floats, or numerics with more than 8 decimals: averages, ratios) are compared to 6
 significant digits. A difference is a correctness failure: shown in the table and the JSON, and
-the exit code is 1.
+the exit code is 1. A peer that fails or times out (``MAINTAIN_LIMIT_S`` for pg_ivm's batch, as
+for a maintain) is recorded and left out of the query's later rounds; pg_ivm's copy then gets
+the batch again without the IMMV, so it stays equal to the benchmark schema.
+
+With ``explain``, after its rounds each query gets one more batch (untimed, outside the
+figures), and its id view's maintain runs under ``auto_explain`` (``idivm.bench.explain``):
+every statement the compiled function runs, with its time, rows, buffers and costliest plan
+node, goes into the JSON, the slowest are printed; the view is verified after it as after a
+round.
 
 A maintain over ``MAINTAIN_LIMIT_S`` (or a ``create_view`` over ``CREATE_LIMIT_S``) is recorded
 as a timeout and the query's remaining rounds are skipped; the limits are also the
@@ -65,8 +93,9 @@ from rich.progress import (
 from rich.table import Table
 
 import idivm
-from idivm.bench import pyplot, step
-from idivm.bench.tpch import TABLES, TPCH_DDL, load_tpch_extension
+from idivm.bench import explain as explain_
+from idivm.bench import pgivm, pyplot, step
+from idivm.bench.tpch import FK_INDEXES, TABLES, TPCH_DDL, load_tpch_extension
 from idivm.bench.tpch import queries as tpch_queries
 from idivm.catalog import Catalog
 from idivm.errors import IdivmError
@@ -82,7 +111,9 @@ MAINTAIN_LIMIT_S = 60.0
 CREATE_LIMIT_S = 120.0
 RECOMPUTE_TIMEOUT_S = 600.0
 STRATEGIES: tuple[Strategy, ...] = ("id", "tuple")
-COLUMNS = ("id", "tuple", "recompute")
+COLUMNS = ("id", "tuple", "recompute", "refresh", "pg_ivm")  # rotated each round
+PEERS = ("refresh", "pg_ivm")
+EXPLAIN_TOP = 5  # statements printed per query under --explain
 SIGNIFICANT = 6  # digits compared in fractional columns
 FRACTION_EXPONENT = -8  # a numeric with more decimals than this is a fraction (avg, ratio)
 
@@ -107,11 +138,14 @@ def _connect(dsn: str, schema: str | None = None) -> Conn:
     return conn
 
 
+def pg_ivm_schema(schema: str) -> str:
+    """The schema of pg_ivm's copy of the base tables."""
+    return f"{schema}_pgivm"
+
+
 def drop_schema(dsn: str, schema: str) -> None:
-    """Drop the benchmark schema and its idivm companion."""
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        for s in (schema, f"{schema}__idivm"):
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(s)))
+    """Drop the benchmark schema, its idivm companion and pg_ivm's copy."""
+    pgivm.drop_schemas(dsn, schema, f"{schema}__idivm", pg_ivm_schema(schema))
 
 
 # dbgen at a small SF (below ~0.005) repeats some (ps_partkey, ps_suppkey): keep one of each
@@ -119,9 +153,10 @@ EXPORT = {"partsupp": "SELECT * FROM partsupp QUALIFY row_number() OVER (PARTITI
                       "ps_partkey, ps_suppkey ORDER BY ps_availqty, ps_supplycost, ps_comment) = 1"}
 
 
-def load(conn: Conn, sf: float) -> dict[str, Any]:
-    """Generate TPC-H at ``sf`` with DuckDB and COPY it (as CSV) into the connection's schema;
-    returns the seconds per phase and the rows per table."""
+def load(conn: Conn, sf: float, fk_indexes: bool = True) -> dict[str, Any]:
+    """Generate TPC-H at ``sf`` with DuckDB and COPY it (as CSV) into the connection's schema,
+    with indexes on the foreign keys unless not ``fk_indexes``; returns the seconds per phase
+    and the rows per table."""
     try:
         import duckdb
     except ImportError as e:
@@ -150,6 +185,10 @@ def load(conn: Conn, sf: float) -> dict[str, Any]:
         out["copy_s"] = time.perf_counter() - t1
     finally:
         dk.close()
+    if fk_indexes:
+        t3 = time.perf_counter()
+        conn.execute(FK_INDEXES)
+        out["fk_indexes_s"] = time.perf_counter() - t3
     t2 = time.perf_counter()
     for t in TABLES:
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(t)))
@@ -450,28 +489,136 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).strip()}"
 
 
+class PgIvmPeer:
+    """pg_ivm's copy of the base tables (``<schema>_pgivm``) and the IMMV of the query being
+    measured: one at a time, so a batch maintains that one only (see the module docstring)."""
+
+    def __init__(self, dsn: str, source: str, fk_indexes: bool = True) -> None:
+        self.dsn, self.source, self.schema = dsn, source, pg_ivm_schema(source)
+        self.fk_indexes = fk_indexes
+        self.conn: Conn | None = None
+        self.immv: str | None = None
+        self.columns: list[str] = []
+        self._limit_s: float | None = None
+
+    @property
+    def c(self) -> Conn:
+        assert self.conn is not None
+        return self.conn
+
+    def _limit(self, seconds: float) -> None:
+        """The connection's ``statement_timeout`` (set only when it changes)."""
+        if seconds != self._limit_s:
+            self.c.execute(f"SET statement_timeout = '{int(seconds * 1000)}ms'")
+            self._limit_s = seconds
+
+    def setup(self) -> dict[str, Any]:
+        """The copy: the TPC-H tables with the same keys, filled from the benchmark schema
+        (before any batch) and ANALYZEd."""
+        t0 = time.perf_counter()
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as c0:
+            c0.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
+        self.conn = pgivm.connect(self.dsn, self.schema)
+        self.c.prepare_threshold = None  # as the benchmark schema's connection
+        with self.c.transaction():
+            self.c.execute(TPCH_DDL)
+            for t in TABLES:
+                self.c.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(
+                    sql.Identifier(self.schema, t), sql.Identifier(self.source, t)))
+            if self.fk_indexes:
+                self.c.execute(FK_INDEXES)
+        for t in TABLES:
+            self.c.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(t)))
+        row = self.c.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_ivm'"
+                             ).fetchone()
+        return {"schema": self.schema, "version": str(row[0]) if row else None,
+                "copy_s": time.perf_counter() - t0}
+
+    def create(self, nr: int, query: str) -> dict[str, Any]:
+        """The query's IMMV ``q<N>_ivm``: accepted (create seconds, pg_ivm's notices, whether
+        it indexed the IMMV), refused (pg_ivm's message) or a timeout."""
+        name = f"q{nr}_ivm"
+        self._limit(CREATE_LIMIT_S)
+        try:
+            immv = pgivm.create_immv(self.c, name, query)
+        except psycopg.errors.QueryCanceled as e:
+            return {"status": "timeout", "message": _err(e)}
+        except psycopg.Error as e:
+            hint = e.diag.message_hint
+            return {"status": "refused", "error": type(e).__name__,
+                    "message": (e.diag.message_primary or str(e)).strip()
+                    + (f" ({hint.strip()})" if hint else "")}
+        self.immv, self.columns = name, pgivm.visible_columns(self.c, name)
+        return {"status": "accepted", "immv": name, "create_s": immv.seconds,
+                "notices": list(immv.notices), "indexed": immv.indexed}
+
+    def apply(self, batch: Batch, timed: bool = False) -> float:
+        """The batch on the copy: with an IMMV, the statements plus pg_ivm's maintenance
+        (``timed``: within ``MAINTAIN_LIMIT_S``, as a maintain)."""
+        self._limit(MAINTAIN_LIMIT_S if timed else RECOMPUTE_TIMEOUT_S)
+        return apply_batch(self.c, batch)
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        assert self.immv is not None
+        self._limit(RECOMPUTE_TIMEOUT_S)
+        return self.c.execute(sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(sql.Identifier(x) for x in self.columns),
+            sql.Identifier(self.immv))).fetchall()
+
+    def drop_immv(self) -> None:
+        if self.immv is not None:
+            self._limit(RECOMPUTE_TIMEOUT_S)
+            pgivm.drop_immv(self.c, self.immv)
+            self.immv, self.columns = None, []
+
+    def differs(self) -> list[str]:
+        """The base tables whose copy differs from the benchmark schema's (multisets)."""
+        out = []
+        self._limit(RECOMPUTE_TIMEOUT_S)
+        for t in TABLES:
+            row = self.c.execute(sql.SQL(
+                "SELECT count(*) FROM ((TABLE {a} EXCEPT ALL TABLE {b}) UNION ALL "
+                "(TABLE {b} EXCEPT ALL TABLE {a})) d").format(
+                    a=sql.Identifier(self.schema, t), b=sql.Identifier(self.source, t))
+            ).fetchone()
+            if not row or row[0]:
+                out.append(t)
+        return out
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
 class QueryRun:
-    """One accepted query: its two views, rounds, verification."""
+    """One accepted query: its id and tuple views, its peers (materialized view, pg_ivm's
+    IMMV), the rounds, verification."""
 
     def __init__(self, nr: int, view_sql: str, conn: Conn, m: PostgresMaintainer,
                  catalog: Catalog, schema: str, refresher: Refresher, progress: Progress,
-                 task: Any) -> None:
+                 task: Any, peer: PgIvmPeer | None = None) -> None:
         self.nr, self.sql, self.conn, self.m = nr, view_sql, conn, m
         self.catalog, self.schema, self.refresher = catalog, schema, refresher
-        self.progress, self.task = progress, task
+        self.progress, self.task, self.peer = progress, task, peer
+        # peer_failures: errors and timeouts of the peers (refresh, pg_ivm), reported apart:
+        # they are not idivm's (a peer's wrong result is a mismatch, like a view's)
         self.rec: dict[str, Any] = {"create_s": {}, "rounds": [], "errors": [],
-                                    "timeouts": [], "mismatches": []}
+                                    "timeouts": [], "mismatches": [], "peer_failures": []}
         self.created: list[str] = []
+        self.matview: str | None = None
 
-    def name(self, strategy: str) -> str:
-        return f"q{self.nr}_{strategy}"
+    def name(self, column: str) -> str:
+        """The relation a column maintains: ``q<N>_id``, ``q<N>_tuple``, ``q<N>_mv``
+        (refresh), ``q<N>_ivm`` (pg_ivm)."""
+        return f"q{self.nr}_" + {"refresh": "mv", "pg_ivm": "ivm"}.get(column, column)
 
     def _say(self, what: str) -> None:
         self.progress.update(self.task, description=f"q{self.nr}: {what}")
 
     def create(self) -> list[str]:
-        """Both views; returns the strategies to maintain: those created (an error is recorded
-        and the other strategy still runs), none when a create took too long."""
+        """Both views and the peers; returns the columns to maintain: those created (an error
+        is recorded and the others still run), none when a view's create took too long."""
         live: list[str] = []
         slow = False
         for st in STRATEGIES:
@@ -498,9 +645,27 @@ class QueryRun:
                                             f"{CREATE_LIMIT_S:.0f} s")
                 slow = True
         self.m.conn.execute(f"SET statement_timeout = '{int(MAINTAIN_LIMIT_S * 1000)}ms'")
-        if slow and live:
-            self.rec["skipped_rounds"] = "all (a create took too long)"
-        return [] if slow else live
+        if slow:
+            if live:
+                self.rec["skipped_rounds"] = "all (a create took too long)"
+            return []
+        self._say("create (materialized view)")
+        try:  # filled by its first REFRESH, in round 1
+            self.conn.execute(sql.SQL("CREATE MATERIALIZED VIEW {} AS {} WITH NO DATA").format(
+                sql.Identifier(self.name("refresh")), sql.SQL(self.sql)))
+            self.matview = self.name("refresh")
+            live.append("refresh")
+        except psycopg.Error as e:  # recorded, the run goes on
+            self.rec["peer_failures"].append(f"create refresh: {_err(e)}")
+        if self.peer is not None:
+            self._say("create (pg_ivm IMMV)")
+            self.rec["pg_ivm"] = info = self.peer.create(self.nr, self.sql)
+            if info["status"] == "accepted":
+                self.rec["create_s"]["pg_ivm"] = info["create_s"]
+                live.append("pg_ivm")
+            elif info["status"] == "timeout":
+                self.rec["peer_failures"].append(f"create pg_ivm: {info['message']}")
+        return live
 
     def reads(self) -> dict[str, int]:
         """Rows read so far from each table of the schema and its companion (sequential
@@ -526,23 +691,62 @@ class QueryRun:
         return took, rows
 
     def verify(self, where: str, expected: Sequence[tuple[Any, ...]],
-               strategies: Sequence[str]) -> dict[str, bool]:
+               columns: Sequence[str]) -> dict[str, bool]:
         out = {}
-        for st in strategies:
-            got = self.conn.execute(sql.SQL("SELECT * FROM {}").format(
-                sql.Identifier(self.schema, self.name(st)))).fetchall()
+        for col in columns:
+            if col == "pg_ivm":
+                assert self.peer is not None
+                got = self.peer.rows()
+            else:
+                got = self.conn.execute(sql.SQL("SELECT * FROM {}").format(
+                    sql.Identifier(self.schema, self.name(col)))).fetchall()
             cmp = compare(got, expected)
-            out[st] = bool(cmp["equal"])
+            out[col] = bool(cmp["equal"])
             if not cmp["equal"]:
-                self.rec["mismatches"].append({"view": self.name(st), "where": where, **cmp})
+                self.rec["mismatches"].append({"view": self.name(col), "where": where, **cmp})
         return out
 
+    def _failed(self, r: int, what: str, e: BaseException, took: float, limit: float,
+                into: list[str] | None = None) -> None:
+        """A failed maintain (or, ``into`` ``peer_failures``, a failed peer), recorded."""
+        if _timed_out(e):
+            msg = f"round {r + 1} {what}: cancelled after {took:.0f} s (statement_timeout " \
+                  f"{limit:g} s)"
+            (self.rec["timeouts"] if into is None else into).append(msg)
+        else:
+            (self.rec["errors"] if into is None else into).append(
+                f"round {r + 1} {what}: {_err(e)}")
+
+    def _peer(self, r: int, col: str, batch: Batch, live: list[str]) -> dict[str, float] | None:
+        """One peer's turn: ``REFRESH MATERIALIZED VIEW``, or the batch on pg_ivm's copy
+        (its IMMV maintained in the triggers). A failure is recorded and the peer leaves the
+        query's rounds; pg_ivm's copy then gets the batch without the IMMV."""
+        t0 = time.perf_counter()
+        try:
+            if col == "refresh":
+                self.conn.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(
+                    sql.Identifier(self.name(col))))
+                return {"s": time.perf_counter() - t0}
+            assert self.peer is not None
+            return {"s": self.peer.apply(batch, timed=True)}
+        except psycopg.Error as e:  # recorded (not idivm's failure), the run goes on
+            took = time.perf_counter() - t0
+            self._failed(r, col, e, took,
+                         RECOMPUTE_TIMEOUT_S if col == "refresh" else MAINTAIN_LIMIT_S,
+                         self.rec["peer_failures"])
+            live.remove(col)
+            if col == "pg_ivm" and self.peer is not None:
+                self.peer.drop_immv()
+                self.peer.apply(batch)  # rolled back with the failure: the copy stays equal
+            return None
+
     def rounds(self, rounds: int, live: list[str]) -> None:
-        """``live``: the strategies maintained (until one fails or times out)."""
+        """``live``: the columns maintained (until one fails or times out)."""
         self._say("verify after create")
         _, expected = self.recompute()
         self.rec["rows_initial"] = len(expected)
-        self.rec["verified_initial"] = self.verify("after create", expected, live)
+        self.rec["verified_initial"] = self.verify(  # (the materialized view is not filled)
+            "after create", expected, [c for c in live if c != "refresh"])
         for r in range(rounds):
             self._say(f"round {r + 1}/{rounds}")
             batch = self.refresher.build()
@@ -550,6 +754,8 @@ class QueryRun:
             order = list(COLUMNS[shift:] + COLUMNS[:shift])
             rec: dict[str, Any] = {"round": r + 1, "batch": batch.counts, "order": order,
                                    "apply_s": apply_batch(self.conn, batch)}
+            if self.peer is not None and "pg_ivm" not in live:  # untimed: the copy follows
+                rec["pg_ivm_copy_s"] = self.peer.apply(batch)
             stop = False
             expected_rows: list[tuple[Any, ...]] | None = None
             for col in order:
@@ -559,18 +765,18 @@ class QueryRun:
                     continue
                 if col not in live:
                     continue
+                if col in PEERS:
+                    took_peer = self._peer(r, col, batch, live)
+                    if took_peer is not None:
+                        rec[col] = took_peer
+                    continue
                 before = self.reads() if col == "id" else None
                 t0 = time.perf_counter()
                 try:
                     stats = self.m.maintain(self.name(col))
                 except Exception as e:  # recorded, the run goes on
-                    took = time.perf_counter() - t0
-                    if _timed_out(e):
-                        self.rec["timeouts"].append(
-                            f"round {r + 1} maintain {col}: cancelled after {took:.0f} s "
-                            f"(statement_timeout {MAINTAIN_LIMIT_S:.0f} s)")
-                    else:
-                        self.rec["errors"].append(f"round {r + 1} maintain {col}: {_err(e)}")
+                    self._failed(r, f"maintain {col}", e, time.perf_counter() - t0,
+                                 MAINTAIN_LIMIT_S)
                     live.remove(col)
                     stop = True
                     continue
@@ -588,14 +794,63 @@ class QueryRun:
             rec["verified"] = self.verify(f"round {r + 1}", expected_rows,
                                           [c for c in live if c in rec])
             self.rec["rounds"].append(rec)
-            if stop or not live:
+            if stop or not any(c in live for c in STRATEGIES):
                 if r + 1 < rounds:
                     self.rec["skipped_rounds"] = rounds - r - 1
                 break
 
+    def explain(self, live: list[str]) -> None:
+        """One more batch (untimed), the id view's maintain under ``auto_explain``: every
+        statement of its compiled function with its plan; then the id view verified. (pg_ivm's
+        IMMV is dropped first: the copy gets the batch without it.) When auto_explain cannot
+        be loaded, that is recorded (``explain.error``) and nothing runs."""
+        if "id" not in live:
+            return
+        self._say("explain the id maintain")
+        try:
+            self.m.conn.execute("LOAD 'auto_explain'")
+        except psycopg.Error as e:  # not idivm's failure: said, the run goes on
+            self.rec["explain"] = {"error": f"auto_explain cannot be loaded: {_err(e)}"}
+            return
+        batch = self.refresher.build()
+        rec: dict[str, Any] = {"batch": batch.counts, "apply_s": apply_batch(self.conn, batch)}
+        self.rec["explain"] = rec
+        if self.peer is not None:
+            if "pg_ivm" in live:
+                self.peer.drop_immv()  # not verified below: the batch without its work
+                live.remove("pg_ivm")
+            self.peer.apply(batch)
+        t0 = time.perf_counter()
+        try:
+            with explain_.captured(self.m.conn) as cap:
+                stats = self.m.maintain(self.name("id"))
+        except Exception as e:  # recorded, the run goes on
+            rec["error"] = _err(e)
+            self.rec["errors"].append(f"explain: maintain id: {_err(e)}")
+            return
+        rec["s"] = time.perf_counter() - t0
+        rec["changes"] = stats.changes
+        rec["statements"] = [s.as_dict() for s in cap.statements]
+        rec["top"] = [s.as_dict() for s in explain_.top(cap.statements, EXPLAIN_TOP)]
+        _, expected = self.recompute()
+        rec["verified"] = self.verify("after the explained maintain", expected, ["id"])
+
     def drop(self, keep_failed: bool) -> None:
-        """Drop the views (with ``keep_failed``, those that failed to verify stay)."""
+        """Drop the views and the peers (with ``keep_failed``, the idivm views and the
+        materialized view that failed to verify stay; pg_ivm's IMMV always goes: it would be
+        maintained in the next queries' batches)."""
         bad = {m["view"] for m in self.rec["mismatches"]}
+        if self.peer is not None:
+            try:
+                self.peer.drop_immv()
+            except psycopg.Error as e:  # recorded
+                self.rec["peer_failures"].append(f"drop {self.name('pg_ivm')}: {_err(e)}")
+        if self.matview is not None:
+            if keep_failed and self.matview in bad:
+                self.rec.setdefault("kept", []).append(self.matview)
+            else:
+                self.conn.execute(sql.SQL("DROP MATERIALIZED VIEW IF EXISTS {}").format(
+                    sql.Identifier(self.matview)))
         self.m.conn.execute(f"SET statement_timeout = '{int(CREATE_LIMIT_S * 1000)}ms'")
         for n in self.created:
             if keep_failed and n in bad:
@@ -647,21 +902,35 @@ def where_time_goes(q: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def summarize(q: dict[str, Any]) -> dict[str, Any]:
+    """Per column median / min / max over the rounds (``apply_id``: the batch applied to the
+    logged schema plus the id maintain, what pg_ivm's column compares with), the ratios of the
+    medians (``speedup``: recompute ÷ id; ``tuple_over_id``; ``pg_ivm_over_apply_id`` and its
+    inverse ``apply_id_over_pg_ivm``), the verdict, and where the id refresh's time goes."""
     rounds = q.get("rounds", [])
     s: dict[str, Any] = {}
-    for col in STRATEGIES:
+    for col in (*STRATEGIES, *PEERS):
         s[col] = _stats([r[col]["s"] for r in rounds if col in r])
     s["recompute"] = _stats([r["recompute_s"] for r in rounds if "recompute_s" in r])
+    s["apply"] = _stats([r["apply_s"] for r in rounds if "apply_s" in r])
+    s["apply_id"] = _stats([r["apply_s"] + r["id"]["s"] for r in rounds if "id" in r])
     med = {k: (v["median"] if v else None) for k, v in s.items()}
-    s["speedup"] = med["recompute"] / med["id"] if med["id"] and med["recompute"] else None
-    s["id_over_tuple"] = med["id"] / med["tuple"] if med["id"] and med["tuple"] else None
+
+    def ratio(a: str, b: str) -> float | None:
+        x, y = med[a], med[b]
+        return x / y if x and y else None
+
+    s["speedup"] = ratio("recompute", "id")
+    s["tuple_over_id"] = ratio("tuple", "id")
+    s["refresh_over_id"] = ratio("refresh", "id")
+    s["pg_ivm_over_apply_id"] = ratio("pg_ivm", "apply_id")
+    s["apply_id_over_pg_ivm"] = ratio("apply_id", "pg_ivm")
     if q["mismatches"]:
         verdict = "FAIL"
     elif q["errors"]:
         verdict = "ERROR"
     elif q["timeouts"]:
         verdict = "timeout"
-    elif rounds and all(all(r["verified"].values()) and len(r["verified"]) == len(STRATEGIES)
+    elif rounds and all(all(r["verified"].values()) and set(STRATEGIES) <= set(r["verified"])
                         for r in rounds):
         verdict = "yes"
     else:
@@ -691,11 +960,23 @@ def _x(v: float | None, digits: int = 1) -> str:
     return "–" if v is None else f"{v:.{digits}f}×"
 
 
-HEADER = ("query", "plan s", "script lines", "create s (id)", "id ms", "tuple ms",
-          "recompute ms", "speedup", "id ÷ tuple", "verified")
-CAPTION = ("maintain / recompute in ms, median (min–max) over the rounds; each round one "
-           "batch: RF1 + RF2 (0.1% of orders each) + non-key and foreign-key updates; "
-           "recompute: CREATE TEMP TABLE AS the query; speedup: recompute ÷ id maintain")
+HEADER = ("query", "plan s", "script lines", "create s (id)", "recompute ms", "refresh ms",
+          "tuple ms", "id ms", "apply + id ms", "pg_ivm ms", "recompute ÷ id", "tuple ÷ id",
+          "pg_ivm ÷ (apply+id)", "verified")
+CAPTION = ("ms, median (min–max) over the rounds; each round one batch: RF1 + RF2 (0.1% of "
+           "orders each) + non-key and foreign-key updates; recompute: CREATE TEMP TABLE AS the "
+           "query; refresh: REFRESH MATERIALIZED VIEW; tuple / id: maintain; apply + id: the "
+           "batch on the logged schema plus the id maintain; pg_ivm: the same batch with "
+           "pg_ivm's immediate maintenance of an IMMV of the query (– when pg_ivm refuses the "
+           "query or is not installed)")
+
+
+def _pg_ivm_cell(q: dict[str, Any], n: int) -> str:
+    st = q["summary"].get("pg_ivm")
+    if st is not None:
+        return _cell(st, n)
+    return {"refused": "refused", "timeout": "timeout"}.get(
+        (q.get("pg_ivm") or {}).get("status", ""), "–")
 
 
 def print_result(c: Console, result: dict[str, Any]) -> None:
@@ -712,10 +993,30 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
                  "timeout": "yellow"}.get(s["verified"], "yellow")
         t.add_row(f"Q{nr}", f"{q['plan_s']['median']:.2f}", f"{q['script_lines']:,}",
                   f"{q['create_s']['id']:.2f}" if "id" in q["create_s"] else "–",
-                  _cell(s["id"], n), _cell(s["tuple"], n), _cell(s["recompute"], n),
-                  _x(s["speedup"]), _x(s["id_over_tuple"], 2),
-                  f"[{color}]{s['verified']}[/{color}]")
+                  _cell(s["recompute"], n), _cell(s.get("refresh"), n), _cell(s["tuple"], n),
+                  _cell(s["id"], n), _cell(s.get("apply_id"), n), _pg_ivm_cell(q, n),
+                  _x(s["speedup"]), _x(s.get("tuple_over_id"), 2),
+                  _x(s.get("pg_ivm_over_apply_id"), 2), f"[{color}]{s['verified']}[/{color}]")
     c.print(t)
+    ivm = result.get("pg_ivm") or {}
+    if ivm.get("unavailable"):
+        c.print(f"[yellow]no pg_ivm column: {ivm['unavailable']}[/yellow]")
+    elif ivm:
+        accepted = [nr for nr, q in result["queries"].items()
+                    if (q.get("pg_ivm") or {}).get("status") == "accepted"]
+        c.print(f"[dim]pg_ivm {ivm.get('version')} on its copy {ivm.get('schema')} (copied in "
+                f"{ivm.get('copy_s', 0):.1f} s): IMMVs of "
+                f"{', '.join(f'Q{n}' for n in sorted(accepted, key=int)) or 'no query'}[/dim]")
+        if ivm.get("copy_differs"):
+            c.print(f"[bold red]pg_ivm's copy differs from the benchmark schema in "
+                    f"{', '.join(ivm['copy_differs'])}[/bold red]")
+    for nr, q in sorted(result["queries"].items(), key=lambda kv: int(kv[0])):
+        x = q.get("pg_ivm") or {}
+        if x.get("status") in ("refused", "timeout"):
+            c.print(f"[dim]Q{nr} pg_ivm {x['status']}: {x['message']}[/dim]")
+        elif x.get("status") == "accepted" and not x["indexed"]:
+            c.print(f"[yellow]Q{nr} pg_ivm could not index its IMMV: "
+                    f"{'; '.join(x['notices'])}[/yellow]")
     for nr, q in sorted(result["queries"].items(), key=lambda kv: int(kv[0])):
         if q["status"] == "refused":
             c.print(f"[dim]Q{nr} refused: {q['message']}[/dim]")
@@ -732,6 +1033,8 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
             c.print(f"[bold red]Q{nr} error: {e}[/bold red]")
         for e in q.get("timeouts", []):
             c.print(f"[yellow]Q{nr} timeout: {e}[/yellow]")
+        for e in q.get("peer_failures", []):
+            c.print(f"[yellow]Q{nr} peer left out: {e}[/yellow]")
         if q.get("skipped_rounds"):
             c.print(f"[yellow]Q{nr}: rounds skipped: {q['skipped_rounds']}[/yellow]")
     w = Table(title="where the id refresh goes (last round)", title_style="bold",
@@ -756,6 +1059,7 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
                   f"{_fms(x['cold_s'])} / {_fms(x['warm_s'])}",
                   ", ".join(f"{n} {sec * 1000:.0f}" for n, sec in x["top"]))
     c.print(w)
+    print_explained(c, result)
     setup = result["setup"]
     c.print(f"[dim]setup: generate {setup['generate_s']:.1f} s, copy {setup['copy_s']:.1f} s, "
             f"analyze {setup['analyze_s']:.1f} s; rows " + ", ".join(
@@ -769,26 +1073,73 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
             + f"[/bold {'green' if ok else 'red'}] (total {result['total_s']:.0f} s)")
 
 
+def _node(n: dict[str, Any] | None) -> str:
+    if not n:
+        return "–"
+    on = n["relation"] or ""
+    if n["index"]:
+        on = f"{on} ({n['index']})" if on else n["index"]
+    return (f"{n['node_type']}{' ' + on if on else ''}: {n['rows']:,} rows, "
+            f"{_fms(n['self_ms'] / 1000)} ms")
+
+
+def print_explained(c: Console, result: dict[str, Any], k: int = 3) -> None:
+    """The ``k`` slowest statements of each query's explained id maintain."""
+    queries = sorted(result["queries"].items(), key=lambda kv: int(kv[0]))
+    for nr, q in queries:
+        if (q.get("explain") or {}).get("error"):
+            c.print(f"[yellow]Q{nr} not explained: {q['explain']['error']}[/yellow]")
+    rows = [(nr, q["explain"]) for nr, q in queries if (q.get("explain") or {}).get("top")]
+    if not rows:
+        return
+    t = Table(title="the id maintain's slowest statements (auto_explain, one more batch, "
+              "untimed)", title_style="bold",
+              caption="ms: the statement's time under auto_explain (which times every plan "
+              "node: slower than the rounds); buffers: shared hit / read (local: temporary "
+              "tables); costliest node: the plan node with the most time of its own")
+    for h in ("query", "maintain ms", "statement ms", "rows", "shared hit / read",
+              "local hit / read", "costliest node", "statement"):
+        t.add_column(h, justify="left" if h in ("query", "costliest node", "statement")
+                     else "right")
+    for nr, x in rows:
+        for i, st in enumerate(x["top"][:k]):
+            t.add_row(f"Q{nr}" if i == 0 else "", _fms(x["s"]) if i == 0 else "",
+                      _fms(st["ms"] / 1000), f"{st['rows']:,}",
+                      f"{st['shared_hit']:,} / {st['shared_read']:,}",
+                      f"{st['local_hit']:,} / {st['local_read']:,}", _node(st["costliest"]),
+                      st["sql"][:70] + ("…" if len(st["sql"]) > 70 else ""))
+        t.add_section()
+    c.print(t)
+
+
+PLOTTED = (("recompute", "recompute"), ("refresh", "REFRESH MATERIALIZED VIEW"),
+           ("tuple", "tuple maintain"), ("id", "id maintain"),
+           ("apply_id", "apply + id maintain"), ("pg_ivm", "pg_ivm (apply with maintenance)"))
+
+
 def plot(c: Console, result: dict[str, Any], path: Path) -> None:
-    """Bars per accepted query (log scale): id maintain, tuple maintain, recompute."""
+    """Bars per accepted query (log scale): recompute, refresh, tuple and id maintain, apply +
+    id, pg_ivm (the columns measured at all)."""
     plt = pyplot(c)
     if plt is None:
         return
     rows = [(nr, q) for nr, q in sorted(result["queries"].items(), key=lambda kv: int(kv[0]))
             if q["status"] == "accepted"]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(rows) + 2), 4.2))
-    w = 0.27
+    cols = [(col, label) for col, label in PLOTTED
+            if any((q["summary"].get(col)) for _, q in rows)]
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.3 * len(cols) * len(rows) + 2), 5.2))
+    w = 0.8 / max(len(cols), 1)
     x = list(range(len(rows)))
-    for k, (col, label) in enumerate((("id", "id maintain"), ("tuple", "tuple maintain"),
-                                      ("recompute", "recompute"))):
+    for k, (col, label) in enumerate(cols):
         med, lo, hi = [], [], []
         for _, q in rows:
-            st = q["summary"][col]
+            st = q["summary"].get(col)
             m = st["median"] * 1000 if st else 0.0
             med.append(m)
             lo.append(m - st["min"] * 1000 if st else 0.0)
             hi.append(st["max"] * 1000 - m if st else 0.0)
-        ax.bar([p + (k - 1) * w for p in x], med, w, yerr=[lo, hi], capsize=2, label=label)
+        ax.bar([p + (k - (len(cols) - 1) / 2) * w for p in x], med, w, yerr=[lo, hi],
+               capsize=2, label=label)
     ax.set_yscale("log")
     ax.set_xticks(x, [f"Q{nr}" + ("" if q["summary"]["verified"] == "yes" else "\n"
                                   + q["summary"]["verified"]) for nr, q in rows])
@@ -796,7 +1147,7 @@ def plot(c: Console, result: dict[str, Any], path: Path) -> None:
     ax.set_title(f"idivm TPC-H on PostgreSQL, SF {result['config']['sf']:g}, "
                  f"{result['config']['rounds']} round(s)", fontsize=10)
     ax.grid(axis="y", which="major", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -837,12 +1188,15 @@ def _plan_query(nr: int, view_sql: str, catalog: Catalog) -> dict[str, Any]:
 def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
         dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres",
         out: Path = Path("bench_out/tpch"), keep: bool = False, *,
-        schema: str = DEFAULT_SCHEMA, seed: int = SEED, console: Console | None = None) -> int:
+        schema: str = DEFAULT_SCHEMA, seed: int = SEED, explain: bool = False,
+        fk_indexes: bool = True, console: Console | None = None) -> int:
     """Run the benchmark; print the table, write ``tpch.json`` and ``tpch.png`` into ``out``.
     Returns the exit code: 0 when every view verified, 1 on a mismatch, a planner exception
-    or an error (timeouts are reported, not failed). The schema (and its ``__idivm``
-    companion) is dropped at the end, also on error, unless ``keep`` (then views that failed
-    to verify are kept too)."""
+    or an error (timeouts are reported, not failed). ``explain``: each query's id maintain
+    once more under ``auto_explain`` after its rounds; ``fk_indexes``: index the foreign keys
+    (``FK_INDEXES``) in the benchmark schema and pg_ivm's copy. The schema (with its ``__idivm``
+    companion and pg_ivm's ``_pgivm`` copy) is dropped at the end, also on error, unless
+    ``keep`` (then views that failed to verify are kept too)."""
     c = console or Console()
     start = time.perf_counter()
     all_sql = tpch_queries()
@@ -864,8 +1218,11 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
         "compare": f"multisets; fractional columns to {SIGNIFICANT} significant digits",
         "server": server, "cpus": os.cpu_count(), "python": platform.python_version(),
         "idivm": idivm.__version__, "duckdb": duckdb.__version__,
+        "explain": explain,
+        "fk_indexes": fk_indexes,
         "times": "seconds; id/tuple: maintain (the CALL, client-side); recompute: CREATE TEMP "
-                 "TABLE AS the query",
+                 "TABLE AS the query; refresh: REFRESH MATERIALIZED VIEW; apply: the batch on "
+                 "the logged schema; pg_ivm: the batch on pg_ivm's copy with its IMMV",
     }, "queries": {}}
     c.rule(f"[bold]idivm bench tpch: TPC-H SF {sf:g} on PostgreSQL {server['version']}[/bold]")
     c.print(f"queries {', '.join(map(str, wanted))}; {rounds} round(s) each; schema {schema}")
@@ -875,14 +1232,23 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
     drop_schema(dsn, schema)
     conn: Conn | None = None
     m: PostgresMaintainer | None = None
+    peer: PgIvmPeer | None = None
+    why = pgivm.unavailable(dsn)
+    result["pg_ivm"] = {"unavailable": why} if why else {"schema": pg_ivm_schema(schema)}
+    if why:
+        c.print(f"[yellow]no pg_ivm column: {why}[/yellow]")
     try:
         with progress:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as c0:
                 c0.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
             conn = _connect(dsn, schema)
             with step(progress, f"generate TPC-H SF {sf:g} (DuckDB) and COPY it into {schema}"):
-                result["setup"] = load(conn, sf)
+                result["setup"] = load(conn, sf, fk_indexes)
             conn.execute(f"SET statement_timeout = '{int(RECOMPUTE_TIMEOUT_S * 1000)}ms'")
+            if not why:
+                with step(progress, f"pg_ivm: copy the base tables into {pg_ivm_schema(schema)}"):
+                    peer = PgIvmPeer(dsn, schema, fk_indexes)
+                    result["pg_ivm"].update(peer.setup())
             m = PostgresMaintainer(dsn, schema=schema)
             m.conn.execute("SET jit = off")
             catalog = m.catalog()
@@ -896,11 +1262,13 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
                 result["queries"][str(nr)] = q
                 if q["status"] == "accepted":
                     run_ = QueryRun(nr, all_sql[nr], conn, m, catalog, schema, refresher,
-                                    progress, task)
+                                    progress, task, peer)
                     try:
                         live = run_.create()
                         if live:
                             run_.rounds(rounds, live)
+                            if explain:
+                                run_.explain(live)
                     except (psycopg.Error, IdivmError) as e:  # recorded, the run goes on
                         run_.rec["errors"].append(f"benchmark: {_err(e)}")
                     finally:
@@ -909,7 +1277,12 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
                     q["summary"] = summarize(q)
                 progress.advance(task)
             progress.update(task, description="queries")
+            if peer is not None:
+                with step(progress, "pg_ivm: its copy of the base tables against the schema's"):
+                    result["pg_ivm"]["copy_differs"] = peer.differs()
     finally:
+        if peer is not None:
+            peer.close()
         if m is not None:
             m.close()
         if conn is not None:
@@ -919,7 +1292,8 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
     result["total_s"] = time.perf_counter() - start
     qs = result["queries"].values()
     result["ok"] = not any(q["status"] == "planner exception" for q in qs) and all(
-        q["summary"]["verified"] in ("yes", "timeout") for q in qs if q["status"] == "accepted")
+        q["summary"]["verified"] in ("yes", "timeout") for q in qs if q["status"] == "accepted"
+    ) and not result["pg_ivm"].get("copy_differs")
     print_result(c, result)
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)

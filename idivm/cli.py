@@ -21,6 +21,7 @@ from idivm.errors import IdivmError
 from idivm.plan import plan
 from idivm.planner.model import STRATEGIES
 from idivm.postgres import PostgresMaintainer
+from idivm.refresh_cost import RefreshStrategy
 from idivm.spark.session import driver_conf, spark_session
 
 KINDS = ("insert", "delete", "update")
@@ -101,22 +102,23 @@ def _pg_action(m: PostgresMaintainer, args: argparse.Namespace, console: Console
             raise IdivmError("create-view needs the view NAME")
         if not args.sql_file:
             raise IdivmError("create-view needs --sql-file (a file with the view SQL, or -)")
+        strategy: RefreshStrategy = args.strategy or "id"
         p = m.create_view(args.name, _read(args.sql_file, "view SQL file"),
-                          changes=parse_changes(args.changes), strategy=args.strategy)
-        console.print(f"created view {m.schema}.{p.name} ({p.strategy}) ({', '.join(p.columns)}): "
+                          changes=parse_changes(args.changes), strategy=strategy)
+        console.print(f"created view {m.schema}.{p.name} ({strategy}) ({', '.join(p.columns)}): "
                       f"{len(p.materialized)} stored relation(s) in {m.companion}, "
                       f"{len(p.statements)} Δ-script statements")
     elif args.action == "maintain":
         if bool(args.name) == bool(args.all):
             raise IdivmError("maintain needs the view NAME, or --all (every view)")
         if args.all:
-            every = {k: v.as_dict() for k, v in m.maintain_all().items()}
+            every = {k: v.as_dict() for k, v in m.maintain_all(args.strategy).items()}
             if args.json:
                 sys.stdout.write(json.dumps(every, indent=2, default=str) + "\n")
             for d in every.values() if not args.json else ():
                 console.print(_stats_table(d))
             return
-        stats = m.maintain(args.name)
+        stats = m.maintain(args.name, args.strategy)
         if args.json:
             sys.stdout.write(json.dumps(stats.as_dict(), indent=2, default=str) + "\n")
         else:
@@ -175,18 +177,26 @@ def _stats_table(d: dict[str, Any]) -> Table:
         label = name if name in d["idiff_rows"] else f"APPLY {name}"
         t.add_row(label, str(rows.get(name, "")), f"{secs * 1e3:.2f}")
     t.add_row("[bold]total[/bold]", "", f"[bold]{d['seconds'] * 1e3:.2f}[/bold]")
+    decision = d.get("decision") or {}
+    if decision.get("reason"):
+        t.caption = f"{decision.get('strategy', decision.get('choice', ''))}: {decision['reason']}"
     return t
 
 
 def _status_table(rows: list[dict[str, Any]], schema: str) -> Table:
     t = Table(title=f"idivm views in {schema}", title_style="bold")
-    for c in ("view", "reads views", "created", "last maintained", "runs",
-              "pending log rows"):
+    for c in ("view", "strategy", "reads views", "created", "last maintained", "runs",
+              "pending log rows", "last refresh", "refreshes (id / recompute)"):
         t.add_column(c)
     for r in rows:
         pending = ", ".join(f"{k}: {v}" for k, v in r["pending_log_rows"].items())
-        t.add_row(r["view"], ", ".join(r.get("upstream") or ()) or "-", r["created"],
-                  r["last_maintained"] or "never", str(r["runs"]), pending)
+        last = r.get("last_refresh") or {}
+        eff = r.get("efficiency") or {}
+        t.add_row(r["view"], r["strategy"], ", ".join(r.get("upstream") or ()) or "-",
+                  r["created"], r["last_maintained"] or "never", str(r["runs"]), pending,
+                  f"{last['strategy']}, {last['changes']} log rows, "
+                  f"{last['seconds'] * 1e3:.1f} ms: {last['reason']}" if last else "-",
+                  f"{eff.get('id_refreshes', 0)} / {eff.get('recompute_refreshes', 0)}")
     return t
 
 
@@ -226,7 +236,8 @@ def cmd_bench_tpch(args: argparse.Namespace) -> int:
     if args.sf <= 0 or args.rounds < 1:
         raise IdivmError("--sf must be positive and --rounds at least 1")
     return tpch_bench.run(sf=args.sf, queries=args.queries, rounds=args.rounds,
-                          dsn=args.dsn, out=Path(args.out), keep=args.keep)
+                          dsn=args.dsn, out=Path(args.out), keep=args.keep,
+                          explain=args.explain, fk_indexes=not args.no_fk_indexes)
 
 
 def cmd_bench_dbt_suite(args: argparse.Namespace) -> int:
@@ -510,8 +521,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sql-file", help="create-view: file with the view SQL (or -)")
     p.add_argument("--changes", action="append", metavar="TABLE=KINDS", help=changes_help)
     p.add_argument("--json", action="store_true", help="maintain/status: print JSON")
-    p.add_argument("--strategy", choices=STRATEGIES, default="id",
-                   help="create-view: " + strategy_help)
+    p.add_argument("--strategy", choices=("auto", *STRATEGIES),
+                   help="create-view: " + strategy_help + ", or auto (each maintain runs the "
+                   "ID-based Δ-script or recomputes, whichever the cost model estimates "
+                   "cheaper); maintain: this refresh's strategy (default: the view's)")
     p.add_argument("--all", action="store_true",
                    help="maintain: every view, in dependency order, in one transaction")
     p.add_argument("--cascade", action="store_true",
@@ -616,7 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench_out/sweep", help="directory of the JSON and PNG")
     b.set_defaults(func=cmd_bench_sweep)
     b = bench.add_parser("tpch", help="TPC-H views on PostgreSQL: plan, create, maintain "
-                         "(id / tuple) vs recompute under RF1/RF2 refresh batches and updates")
+                         "(id / tuple) vs recompute, REFRESH MATERIALIZED VIEW and pg_ivm under "
+                         "RF1/RF2 refresh batches and updates")
     b.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default: 0.1)")
     b.add_argument("--queries", type=int, nargs="+", default=None, metavar="N",
                    help="query numbers (default: all 22)")
@@ -626,6 +640,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
     b.add_argument("--keep", action="store_true",
                    help="keep the benchmark schema (default: dropped at the end and on error)")
+    b.add_argument("--explain", action="store_true",
+                   help="after its rounds, maintain each query's id view once more (untimed) "
+                   "under auto_explain: every statement's plan, rows and buffers in the JSON")
+    b.add_argument("--no-fk-indexes", action="store_true",
+                   help="no indexes on the foreign keys (default: indexed, as TPC-H allows, "
+                   "for every strategy and pg_ivm's copy)")
     b.set_defaults(func=cmd_bench_tpch)
     b = bench.add_parser("dbt-suite", help="acceptance of DBToaster's query suite (tpch, "
                          "finance, simple; keys added), refusals checked against PostgreSQL")

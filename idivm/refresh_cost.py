@@ -9,22 +9,35 @@ no measurement yet, an engine's floor and per-change cost are its ``ENGINE_DEFAU
 per-change cost is learned only from batches at least a quarter the size of the one estimated:
 a refresh's cost is not linear in its changes (the buckets a batch touches saturate), so a rate
 seen on a few hundred changes overstates the cost of ten thousand.
+
+Both backends use this one model: Spark keeps a view's ``History`` in its registry (``as_dict``)
+and estimates a maintenance on the engine it would run on (``spark`` or ``driver``);
+PostgreSQL derives it from the view's rows of the companion's ``refresh_history`` table
+(``History.of_runs``) and estimates a maintenance on ``postgres``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from idivm.errors import IdivmError
+from idivm.planner.model import Strategy
+
 Choice = Literal["id", "recompute"]
 RefreshStrategy = Literal["auto", "id", "tuple", "recompute"]
+REFRESH_STRATEGIES: tuple[RefreshStrategy, ...] = ("auto", "id", "tuple", "recompute")
+RECOMPUTED = ("recompute", "create")  # history runs that computed the view from its tables
 
 DEFAULT_FIXED = 1.0  # seconds: a Spark refresh's floor, measured at 0.4–1 s (README)
 DEFAULT_PER_CHANGE = 1.5e-4  # seconds per change-feed row (V′ under a 1% batch at 5M links)
 # engine: (floor, per change) before anything is measured; the driver (DuckDB) figures are
 # the 1M-link benchmark's (0.3–0.45 s for 200 changes, ~25 µs per change up to 10k changes)
-ENGINE_DEFAULTS = {"spark": (DEFAULT_FIXED, DEFAULT_PER_CHANGE), "driver": (0.3, 3e-5)}
+# PostgreSQL's (the compiled function): ~1.4 ms with nothing pending, 4–5 ms for one change,
+# 25–85 ms for 200 and 0.6–1.8 s for 20,000 changes (`idivm bench pg`, 500k–2M links)
+ENGINE_DEFAULTS = {"spark": (DEFAULT_FIXED, DEFAULT_PER_CHANGE), "driver": (0.3, 3e-5),
+                   "postgres": (0.005, 5e-5)}
 KEEP = 8  # maintenance samples kept per view
 CALIBRATE = 0.4  # maintain estimate / create-time recompute above which a recompute is timed
 
@@ -50,6 +63,23 @@ class History:
                        tuple((int(x[0]), float(x[1]), str(x[2]) if len(x) > 2 else "spark")
                              for x in d.get("maintain", ())),
                        bool(d.get("recompute_at_create", False)))
+
+    @staticmethod
+    def of_runs(runs: Iterable[tuple[str, int, float, int | None]], engine: str = "postgres"
+                ) -> History:
+        """The history of a view's recorded refreshes, oldest first: (what ran — ``id`` or
+        ``tuple`` (the Δ-script, on ``engine``), ``recompute``, or ``create`` (the
+        materialization by create_view) —, changes, seconds, base-table rows). The newest
+        recomputation (or creation) is the recomputation's measurement; the Δ-script runs
+        that consumed changes are the maintenance samples (the newest ``KEEP``)."""
+        h = History()
+        for what, changes, seconds, rows in runs:
+            if what in RECOMPUTED:
+                h = h.with_recompute(float(seconds), None if rows is None else int(rows),
+                                     at_create=what == "create")
+            elif changes > 0:
+                h = h.with_maintain(int(changes), float(seconds), engine)
+        return h
 
     def with_maintain(self, changes: int, seconds: float, engine: str = "spark") -> History:
         return replace(self, maintain=(*self.maintain, (changes, seconds, engine))[-KEEP:])
@@ -136,10 +166,10 @@ def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
     r_est = history.recompute_seconds
     if base_rows and history.recompute_rows:
         r_est *= base_rows / history.recompute_rows
-    how = (f"maintain ≈ {m_est:.2f} s on {engine} ({fixed:.2f} s + {changes:,} changes × "
-           f"{per * 1e6:.0f} µs) vs recompute ≈ {r_est:.2f} s (measured "
-           f"{history.recompute_seconds:.2f} s over {history.recompute_rows or 0:,} rows, "
-           f"now {base_rows or 0:,})")
+    how = (f"maintain ≈ {_secs(m_est)} on {engine} ({_secs(fixed)} + {changes:,} changes × "
+           f"{per * 1e6:.0f} µs) vs recompute ≈ {_secs(r_est)} (measured "
+           f"{_secs(history.recompute_seconds)} over {_rows(history.recompute_rows)} rows, "
+           f"now {_rows(base_rows)})")
     if history.recompute_at_create and history.maintain and m_est >= CALIBRATE * r_est:
         # create_view's timing includes a cold start (measured up to 3× a later refresh's):
         # when maintenance is within reach of it, one recomputation calibrates the estimate
@@ -148,3 +178,20 @@ def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
     if m_est <= r_est:
         return Decision("id", how, m_est, r_est)
     return Decision("recompute", how, m_est, r_est)
+
+
+def planned(strategy: RefreshStrategy) -> Strategy:
+    """The planner's strategy for a view's refresh strategy (``auto`` plans the ID-based
+    Δ-script and may recompute instead)."""
+    if strategy not in REFRESH_STRATEGIES:
+        raise IdivmError(f"strategy must be auto, id, tuple or recompute, not {strategy!r}")
+    return "id" if strategy == "auto" else strategy
+
+
+def _secs(x: float) -> str:
+    """Seconds as a reason shows them: milliseconds below 0.1 s (a PostgreSQL refresh)."""
+    return f"{x * 1e3:.1f} ms" if x < 0.1 else f"{x:.2f} s"
+
+
+def _rows(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"

@@ -549,7 +549,7 @@ def test_error_inside_maintenance_is_not_called_a_missing_view(env: Env) -> None
     w.execute(sql.SQL("ALTER FUNCTION {}(text, text[]) RENAME TO table_has_key").format(
         sql.Identifier(env.companion, "gone")))
     maintain_all(env, m)
-    w.execute(sql.SQL("DROP PROCEDURE {}(text, jsonb, int)").format(
+    w.execute(sql.SQL("DROP PROCEDURE {}").format(  # (whatever its arguments)
         sql.Identifier(env.companion, "maintain")))
     with pytest.raises(BackendError, match="no idivm view"):
         m.maintain("v")

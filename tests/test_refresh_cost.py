@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
+from idivm.errors import IdivmError
 from idivm.refresh_cost import (
     DEFAULT_PER_CHANGE,
+    ENGINE_DEFAULTS,
+    KEEP,
     History,
     choose_engine,
     decide,
     maintain_model,
+    planned,
 )
 
 
@@ -84,3 +90,61 @@ def test_engine_is_chosen_by_the_model_once_both_are_measured() -> None:
     # measured on both, but only on batches far smaller than this one: the threshold decides
     small = empty.with_maintain(300, 0.3, "driver").with_maintain(300, 1.0, "spark")
     assert choose_engine(60_000, small, 20_000, 1_000_000)[0] == "spark"
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def test_postgres_defaults_before_anything_is_measured() -> None:
+    """A PostgreSQL maintenance starts from its own floor and rate (milliseconds, not Spark's
+    second), and Spark's or the driver's samples teach it nothing."""
+    fixed, per = ENGINE_DEFAULTS["postgres"]
+    assert fixed < 0.01 and per < DEFAULT_PER_CHANGE
+    assert maintain_model((), 0, "postgres") == (fixed, per)
+    spark_only = History().with_maintain(10_000, 30.0).with_maintain(5_000, 20.0, "driver")
+    assert maintain_model(spark_only.maintain, 10_000, "postgres") == (fixed, per)
+    h = spark_only.with_recompute(0.2, 1_000_000)
+    # 200 changes ≈ 15 ms: maintain; 10,000 ≈ 0.5 s: recompute (measured at 0.2 s)
+    small = decide("auto", 200, 1_000_000, h, "postgres")
+    assert small.choice == "id" and small.maintain_estimate == pytest.approx(fixed + 200 * per)
+    assert "on postgres" in small.reason and "ms" in small.reason
+    assert decide("auto", 10_000, 1_000_000, h, "postgres").choice == "recompute"
+    assert decide("id", 10**9, 10, h, "postgres").choice == "id"
+    assert decide("recompute", 1, 10, h, "postgres").choice == "recompute"
+
+
+def test_history_of_recorded_runs() -> None:
+    """``History.of_runs``: PostgreSQL's refresh_history rows, oldest first, as the model's
+    history — the newest recomputation (a ``create`` marks it as create_view's timing), the
+    Δ-script runs that consumed changes (tuple-based ones too) as postgres samples, the
+    newest KEEP of them."""
+    assert History.of_runs([]) == History()
+    h = History.of_runs([("create", 0, 0.5, 1000), ("id", 0, 0.001, None),
+                         ("id", 200, 0.02, 1000), ("tuple", 40, 0.03, 1000)])
+    assert h.recompute_seconds == 0.5 and h.recompute_rows == 1000 and h.recompute_at_create
+    assert h.maintain == ((200, 0.02, "postgres"), (40, 0.03, "postgres"))
+    later = History.of_runs([("create", 0, 0.5, 1000), ("recompute", 5000, 0.3, None),
+                             *[("id", k + 1, 0.01, 1000) for k in range(20)]])
+    assert later.recompute_seconds == 0.3 and later.recompute_rows is None
+    assert not later.recompute_at_create
+    assert len(later.maintain) == KEEP and later.maintain[-1] == (20, 0.01, "postgres")
+    # a recomputation measured without table sizes is not scaled by them
+    d = decide("auto", 5_000, 2_000_000, later, "postgres")
+    assert d.recompute_estimate == 0.3
+
+
+def test_create_time_timing_is_calibrated_on_postgres_too() -> None:
+    """create_view's timing (a ``create`` row) is recomputed once when a maintenance comes
+    within reach of it; then the measured recomputation decides."""
+    runs = [("create", 0, 0.02, 500), ("id", 300, 0.012, 500)]
+    d = decide("auto", 300, 500, History.of_runs(runs), "postgres")
+    assert d.choice == "recompute" and "once" in d.reason
+    runs.append(("recompute", 300, 0.05, 500))
+    assert decide("auto", 300, 500, History.of_runs(runs), "postgres").choice == "id"
+
+
+def test_planned_strategy() -> None:
+    assert planned("auto") == "id"
+    assert [planned(s) for s in ("id", "tuple", "recompute")] == ["id", "tuple", "recompute"]
+    with pytest.raises(IdivmError, match="strategy must be auto, id, tuple or recompute"):
+        planned("fast")  # type: ignore[arg-type]

@@ -48,7 +48,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 4  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 5  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
@@ -57,6 +57,10 @@ UNDECLARED_CHANGE = "IV002"
 NO_VIEW = "IV003"
 STALE_CODE = "IV004"
 NOT_REPEATABLE_READ = "IV005"
+BAD_CHOICE = "IV006"
+
+HISTORY = "refresh_history"  # the companion's table of refreshes (``history_source``)
+HISTORY_ROWS = 100  # refreshes kept per view (and its newest recomputation, however old)
 
 PREV = "idivm__prev"  # the view's watermark (a pg_snapshot) inside the function
 
@@ -495,14 +499,115 @@ def _analyze(r: Relation) -> str:
             f"{r.counter} * 4.0, true) THEN\n  ANALYZE {q(r.name)};\nEND IF;")
 
 
+DECISION_ARG = "idivm__decision"  # the maintenance function's argument
+
+
+def _decision_block(name: str, refresh: str, planned: str) -> str:
+    """``idivm__choice`` and ``idivm__reason`` from the function's argument: the decision the
+    caller made (idivm's maintainer evaluates ``refresh_cost.decide`` for an ``auto`` view), or
+    without one the Δ-script — for an ``auto`` view too: the cost model is not evaluated in
+    SQL — or, for a view planned as a recomputation, that recomputation."""
+    arg = DECISION_ARG
+    if planned == "recompute":
+        default, why = "recompute", "strategy='recompute': the view is recomputed"
+    elif refresh == "auto":
+        default, why = "id", ("strategy='auto', called without a decision (the cost model is "
+                              "evaluated by idivm's maintainer): the Δ-script")
+    else:
+        default, why = "id", f"strategy={refresh!r}: the Δ-script"
+    lines = [
+        f"idivm__choice := CASE jsonb_typeof({arg}) WHEN 'string' THEN {arg} #>> '{{}}' "
+        f"WHEN 'object' THEN {arg} ->> 'choice' END;",
+        f"idivm__reason := CASE jsonb_typeof({arg}) WHEN 'object' THEN {arg} ->> 'reason' END;",
+        f"IF idivm__choice IS NULL THEN\n  idivm__choice := {lit(default)};\n"
+        f"  idivm__reason := coalesce(idivm__reason, {lit(why)});\n"
+        "ELSIF idivm__choice NOT IN ('id', 'recompute') THEN\n"
+        "  RAISE EXCEPTION 'idivm: the refresh of view % can be id or recompute, not %', "
+        f"{lit(name)}, idivm__choice USING ERRCODE = '{BAD_CHOICE}';\nEND IF;",
+        "idivm__reason := coalesce(idivm__reason, 'asked for: ' || idivm__choice);"]
+    if planned == "recompute":  # (its Δ-script is the recomputation)
+        lines.append("idivm__choice := 'recompute';")
+    return "\n".join(lines)
+
+
+def _row_text(alias: str, columns: Sequence[str]) -> str:
+    """A row of ``alias`` as text: rows compared by their text need no equality operator (json,
+    xml), and values that are equal but print differently (numeric 1.0 and 1.00) are
+    replaced by the recomputed one, as the view's query would show it."""
+    return f"ROW({', '.join(f'{q(alias)}.{q(c)}' for c in columns)})::text"
+
+
+def _recompute_block(plan: Plan, companion: str, tag: str) -> str:
+    """The recomputing branch: every stored relation (caches bottom-up, then the view) is
+    computed anew from its query over the base tables (and the caches below it, recomputed
+    first), into a temporary table, then brought to it by deleting the rows the recomputation
+    lacks and inserting the rows the relation lacks — so only rows that changed are written,
+    and the logging triggers of a view read by other views log exactly its net changes (an
+    update as the deletion of the old row and the insertion of the new: the fold nets them).
+    Runs only if log rows are pending; the caller moves the watermark as the Δ-script's
+    branch does."""
+    lines = []
+    for k, (m, query) in enumerate(plan.materialize_queries()):
+        tmp = q(f"__iv{tag}_r{k}")
+        target = f"{q(companion)}.{q(m.name)}"
+        cols = ", ".join(q(c) for c in m.columns)
+        new, old = "__new", "__old"
+        lines.append(f"""idivm__ts := clock_timestamp();
+CREATE TEMP TABLE {tmp} ON COMMIT DROP AS {query.sql('postgres')};
+DELETE FROM {target} AS {q(old)} WHERE NOT EXISTS (SELECT FROM {tmp} AS {q(new)}
+  WHERE {_row_text(new, m.columns)} = {_row_text(old, m.columns)});
+GET DIAGNOSTICS idivm__n = ROW_COUNT;
+idivm__applied := idivm__applied || jsonb_build_object({lit(f'delete recomputed→{m.name}')}, \
+idivm__n);
+INSERT INTO {target} ({cols}) SELECT {cols} FROM {tmp} AS {q(new)}
+  WHERE NOT EXISTS (SELECT FROM {target} AS {q(old)}
+                    WHERE {_row_text(old, m.columns)} = {_row_text(new, m.columns)});
+GET DIAGNOSTICS idivm__n = ROW_COUNT;
+idivm__applied := idivm__applied || jsonb_build_object({lit(f'insert recomputed→{m.name}')}, \
+idivm__n);
+DROP TABLE {tmp};
+idivm__secs := idivm__secs || jsonb_build_array(jsonb_build_array(\
+{lit(f'recompute {m.name}')}, extract(epoch FROM clock_timestamp() - idivm__ts)));""")
+    return "IF idivm__logrows > 0 THEN\n" + _indent("\n".join(lines), 2) + "\nEND IF;"
+
+
+def _history_block(name: str, companion: str, ran: str, relations: Sequence[str]) -> str:
+    """A run that consumed log rows records itself in ``refresh_history`` (in the maintenance
+    transaction: rolled back with it) — what ran, the log rows, the seconds so far, the
+    tables' sizes, the reason — and the view's history is trimmed to its newest
+    ``HISTORY_ROWS`` rows and its newest recomputation (the cost model's measurement)."""
+    comp = q(companion)
+    hist = f"{comp}.{q(HISTORY)}"
+    rels = f"ARRAY[{', '.join(lit(r) for r in relations)}]::text[]"
+    return f"""IF idivm__logrows > 0 THEN
+  INSERT INTO {hist} (view, strategy, changes, seconds, base_rows, reason)
+  VALUES ({lit(name)}, {ran}, idivm__logrows, extract(epoch FROM clock_timestamp() - idivm__t0),
+          {comp}.relation_rows({rels}), idivm__reason);
+  DELETE FROM {hist} AS h WHERE h.view = {lit(name)}
+    AND h.id <= (SELECT k.id FROM {hist} AS k WHERE k.view = {lit(name)}
+                 ORDER BY k.id DESC OFFSET {HISTORY_ROWS} LIMIT 1)
+    AND h.id IS DISTINCT FROM (SELECT max(r.id) FROM {hist} AS r WHERE r.view = {lit(name)}
+                               AND r.strategy IN ('recompute', 'create'));
+END IF;"""
+
+
 def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  tables: Mapping[str, Table], fingerprints: Mapping[str, str],
                  column_types: Mapping[str, Mapping[str, str]],
-                 sources: Mapping[str, tuple[str, str]] | None = None) -> Compiled:
+                 sources: Mapping[str, tuple[str, str]] | None = None,
+                 refresh: str | None = None) -> Compiled:
     """The view's maintenance and prune functions. ``tables``: each base table as the view
     reads it (key and read columns); ``fingerprints``: what ``table_fingerprint`` returned for
     each at creation (of its ``sources`` relation, if it has one: the stored table of a view
-    read as a table); ``column_types``: server type names of those columns."""
+    read as a table); ``column_types``: server type names of those columns; ``refresh``: the
+    view's refresh strategy (``auto`` too; default the plan's).
+
+    The maintenance function takes the refresh's decision (``{"choice": "id" | "recompute",
+    "reason": …}``, or just the choice as a jsonb string; NULL: the Δ-script, or the
+    recomputation of a view planned as one): a plan of the Δ-script is compiled with a second
+    branch that recomputes every stored relation instead (``_recompute_block``). Either
+    branch consumes the pending log rows, and a run that consumed any records itself in the
+    companion's ``refresh_history`` in the same transaction (``_history_block``)."""
     name = plan.name
     prefix = f"__iv{tag}_"
     function, prune_function = f"maintain__{tag}", f"prune__{tag}"
@@ -541,8 +646,15 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             "idivm__sql text;",
             "idivm__total bigint := 0;", "idivm__folded boolean := false;",
             "idivm__changes jsonb := '{}';", "idivm__rows jsonb := '{}';",
-            "idivm__applied jsonb := '{}';", "idivm__secs jsonb := '[]';"]
+            "idivm__applied jsonb := '{}';", "idivm__secs jsonb := '[]';",
+            "idivm__choice text;", "idivm__reason text;", "idivm__logrows bigint := 0;",
+            "idivm__log jsonb := '{}';"]
     decl += [f"{r.counter} bigint := 0;" for r in rels.values()]
+    logged = {t: f"idivm__l{i}" for i, t in enumerate(base)}  # pending log rows per table
+    decl += [f"{v} bigint := 0;" for v in logged.values()]
+    refresh = refresh or plan.strategy
+    recomputes = plan.strategy != "recompute" and bool(base)  # a second, recomputing branch
+    run_label = plan.strategy  # what the Δ-script is: id, tuple or recompute
 
     body: list[str] = []
     body.append(
@@ -550,6 +662,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         "  RAISE EXCEPTION 'idivm: maintenance of view % must run in a REPEATABLE READ "
         f"transaction (CALL %.maintain(...) sets it up)', {lit(name)}, {lit(q(companion))}\n"
         f"    USING ERRCODE = '{NOT_REPEATABLE_READ}';\nEND IF;")
+    body.append(_decision_block(name, refresh, plan.strategy))
     # the base tables must still be what the view was planned over
     for t in base:
         cols = ", ".join(lit(c) for c in tables[t].column_names)
@@ -574,19 +687,33 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         body.append(f"SELECT watermark INTO {PREV} FROM {q(companion)}.log_users "
                     f"WHERE view = {lit(name)} AND tbl = {lit(base[0])};")
 
-    # fold the pending log of every table into its change table (one probe when nothing waits)
+    # count the pending log rows of every table (one probe when nothing waits): what this run
+    # consumes, whichever branch runs
     prev = exp.column(PREV)
     for t in base:
-        r = rels[names[change_table(t)]]
         newest = exp.select(exp.Max(this=exp.column(XID, quoted=True))).from_(log_ref(schema, t))
-        fold = fold_select(tables[t], log_ref(schema, t), pending_predicate(prev),
-                           server_types=column_types[t])
-        ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
+        count = exp.select(exp.Count(this=exp.Star())).from_(log_ref(schema, t)).where(
+            pending_predicate(prev))
         body.append(
             # the newest log row (a backward scan of the xid index) against the watermark
             f"IF ({newest.sql('postgres')}) >= pg_snapshot_xmin({PREV}) THEN\n"
-            f"  idivm__ts := clock_timestamp();\n"
+            # log rows were read (even if they cancel out): the watermark moves past them
             f"  idivm__folded := true;\n"
+            f"  {logged[t]} := ({count.sql('postgres')});\n"
+            f"  idivm__logrows := idivm__logrows + {logged[t]};\n"
+            f"END IF;\n"
+            f"idivm__log := idivm__log || jsonb_build_object({lit(t)}, {logged[t]});")
+
+    # the Δ-script's branch: fold the pending log of every table into its change table
+    delta: list[str] = []
+    for t in base:
+        r = rels[names[change_table(t)]]
+        fold = fold_select(tables[t], log_ref(schema, t), pending_predicate(prev),
+                           server_types=column_types[t])
+        ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
+        delta.append(
+            f"IF {logged[t]} > 0 THEN\n"
+            f"  idivm__ts := clock_timestamp();\n"
             f"  {ins};\n"
             f"  GET DIAGNOSTICS {r.counter} = ROW_COUNT;\n"
             f"  idivm__total := idivm__total + {r.counter};\n"
@@ -608,7 +735,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 lines.append(f"  IF idivm__k[{k}] > 0 THEN\n    RAISE EXCEPTION {msg}, "
                              f"idivm__k[{k}] USING ERRCODE = '{UNDECLARED_CHANGE}';\n  END IF;")
             lines.append("END IF;")
-            body.append("\n".join(lines))
+            delta.append("\n".join(lines))
 
     # the Δ-script, only if some change is effective
     script: list[str] = []
@@ -674,7 +801,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         # turns the probes of an empty i-diff into whole scans of the stored relations
         create_temps.append(f"ANALYZE {', '.join(q(r.name) for r in rels.values())};")
         # after the isolation and fingerprint checks: the tables' queries read the base tables
-        body.insert(1 + len(base), f"IF to_regclass({lit('pg_temp.' + q(first))}) IS NULL "
+        body.insert(2 + len(base), f"IF to_regclass({lit('pg_temp.' + q(first))}) IS NULL "
                     f"THEN\n{_indent(chr(10).join(create_temps), 2)}\nEND IF;")
 
     # temporary tables are not vacuumed: a DELETE's space is reused once the pages are pruned,
@@ -684,21 +811,36 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         f"  IF pg_relation_size({lit('pg_temp.' + q(r.name))}) > 8388608 THEN "
         f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values())
     script.append(empty)
-    body.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
-    # log rows were read (even if they cancel out): the watermark moves past them
+    delta.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
+    if recomputes:
+        body.append("IF idivm__choice = 'recompute' THEN\n"
+                    + _indent(_recompute_block(plan, companion, tag), 2) + "\nELSE\n"
+                    + _indent("\n".join(delta), 2) + "\nEND IF;")
+    else:
+        body.extend(delta)
+    ran = "idivm__choice" if recomputes else lit(run_label)
     body.append("IF idivm__folded THEN\n"
                 f"  UPDATE {q(companion)}.log_users SET watermark = {q(companion)}.consumed() "
                 f"WHERE view = {lit(name)};\n"
                 f"  UPDATE {q(companion)}.views SET last_maintained = now(), runs = runs + 1 "
                 f"WHERE name = {lit(name)};\nEND IF;")
+    if recomputes and run_label != "id":  # (a tuple-based Δ-script is recorded as one)
+        ran = f"CASE idivm__choice WHEN 'recompute' THEN 'recompute' ELSE {lit(run_label)} END"
+    relations = [".".join(q(x) for x in (sources or {}).get(t, (schema, t))) for t in base]
+    body.append(_history_block(name, companion, ran, relations))
     body.append("RETURN jsonb_build_object('view', " + lit(name) + ", 'changes', idivm__changes,"
                 " 'idiff_rows', idivm__rows, 'applied_rows', idivm__applied, "
                 "'statement_seconds', idivm__secs, 'consumed', idivm__folded, "
+                "'log_rows', idivm__log, 'strategy', " + ran + ", "
+                "'decision', (CASE jsonb_typeof(idivm__decision) WHEN 'object' THEN "
+                "idivm__decision ELSE '{}' END) || jsonb_build_object('choice', idivm__choice, "
+                "'reason', idivm__reason), "
                 "'seconds', extract(epoch FROM clock_timestamp() - idivm__t0));")
 
     src = ("DECLARE\n" + _indent("\n".join(decl), 2) + "\nBEGIN\n"
            + _indent("\n\n".join(body), 2) + "\nEND")
-    header = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(function)}() RETURNS jsonb "
+    header = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(function)}({DECISION_ARG} jsonb "
+              "DEFAULT NULL) RETURNS jsonb "
               f"LANGUAGE plpgsql SET search_path = {q(companion)}, {q(schema)} "
               # statements run once per batch over small i-diffs: a JIT compile of a plan
               # costed over many-way joins takes seconds (12.7 s of a 15.8 s BSMA Q*1 run)
@@ -714,8 +856,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
               # snapshot and the cache's UPDATE). The pages a batch touches are the hot ones;
               # a large batch still hashes (its probes cost more than the scan)
               f"SET random_page_cost = {RANDOM_PAGE_COST} AS ")
-    comment = (f"COMMENT ON FUNCTION {q(companion)}.{q(function)}() IS "
-               f"{lit(f'idivm: compiled Δ-script of view {schema}.{name} ({plan.strategy})')}")
+    comment = (f"COMMENT ON FUNCTION {q(companion)}.{q(function)}(jsonb) IS "
+               f"{lit(f'idivm: compiled Δ-script of view {schema}.{name} ({refresh})')}")
     prune_src = "BEGIN\n" + "\n".join(
         f"  PERFORM {prune_statement(schema, t).removeprefix('SELECT ')};" for t in base) + "\nEND"
     prune = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(prune_function)}() RETURNS void "
@@ -781,7 +923,53 @@ RETURNS pg_snapshot LANGUAGE sql VOLATILE AS $idivm$
               WHERE v <> x::text::numeric), ''))::pg_snapshot END
   FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS x) AS t
 $idivm$"""
-    return f"{fingerprint};\n{has_key};\n{consumed}"
+    # the rows of relations as the planner knows them (pg_class.reltuples, kept by VACUUM,
+    # ANALYZE and CREATE INDEX): NULL when one was never counted (the cost model then does
+    # not scale the recomputation's measurement by the tables' growth)
+    rows = f"""CREATE OR REPLACE FUNCTION {comp}.relation_rows(rels text[])
+RETURNS bigint LANGUAGE sql STABLE AS $idivm$
+  SELECT CASE WHEN count(*) = count(c.oid) AND bool_and(c.reltuples >= 0)
+              THEN sum(c.reltuples)::bigint END
+  FROM unnest(rels) AS r(rel) LEFT JOIN pg_class c ON c.oid = to_regclass(r.rel)
+$idivm$"""
+    return f"{fingerprint};\n{has_key};\n{consumed};\n{rows}"
+
+
+def history_source(companion: str) -> str:
+    """The companion's ``refresh_history`` (one row per refresh that consumed changes, and
+    one per view for its materialization by create_view: ``strategy`` ``create``) and
+    ``refresh_efficiency()``: per view, its refreshes by the Δ-script (``id``; a tuple-based
+    view's too) and by recomputation, their median seconds, the mean changes (log rows) and
+    the ratio of the medians (below 1: the Δ-script is the faster)."""
+    comp = q(companion)
+    hist = f"{comp}.{q(HISTORY)}"
+    return f"""CREATE TABLE IF NOT EXISTS {hist} (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, view text NOT NULL,
+  finished_at timestamptz NOT NULL DEFAULT clock_timestamp(), strategy text NOT NULL,
+  changes bigint NOT NULL, seconds double precision NOT NULL, base_rows bigint,
+  reason text NOT NULL);
+CREATE INDEX IF NOT EXISTS {q(HISTORY + '_view')} ON {hist} (view, id);
+CREATE OR REPLACE FUNCTION {comp}.refresh_efficiency()
+RETURNS TABLE (view text, refreshes bigint, id_refreshes bigint, recompute_refreshes bigint,
+               id_median_seconds double precision, recompute_median_seconds double precision,
+               avg_changes double precision, id_recompute_ratio double precision,
+               last_refresh timestamptz)
+LANGUAGE sql STABLE AS $idivm$
+  SELECT v.name, count(h.id), count(h.id) FILTER (WHERE h.strategy IN ('id', 'tuple')),
+         count(h.id) FILTER (WHERE h.strategy = 'recompute'),
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY h.seconds)
+           FILTER (WHERE h.strategy IN ('id', 'tuple')),
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY h.seconds)
+           FILTER (WHERE h.strategy = 'recompute'),
+         avg(h.changes)::double precision,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY h.seconds)
+           FILTER (WHERE h.strategy IN ('id', 'tuple'))
+         / nullif(percentile_cont(0.5) WITHIN GROUP (ORDER BY h.seconds)
+                    FILTER (WHERE h.strategy = 'recompute'), 0),
+         max(h.finished_at)
+  FROM {comp}.views AS v LEFT JOIN {hist} AS h ON h.view = v.name AND h.strategy <> 'create'
+  GROUP BY v.name ORDER BY v.name
+$idivm$"""
 
 
 COMMITTED_SETTING = "idivm.maintained"  # a maintain's statistics, set as it commits
@@ -816,8 +1004,9 @@ def _run_block(schema: str, companion: str, views: Mapping[str, Entry], order: S
     base = sorted({t for v in order for t in views[v].tables if t not in views})
     tables = ", ".join(f"{q(schema)}.{q(t)}" for t in base)
     lock = f"LOCK TABLE {tables} IN ACCESS SHARE MODE;" if base else "NULL;"
+    # each view's function gets its refresh decision from ``choices`` (view → decision)
     runs = "\n".join(f"runs := runs || jsonb_build_object({lit(v)}, "
-                     f"{comp}.{q(views[v].function)}());" for v in order)
+                     f"{comp}.{q(views[v].function)}(choices -> {lit(v)}));" for v in order)
     prunes = "\n".join(f"""IF (runs -> {lit(v)} ->> 'consumed')::boolean THEN
   BEGIN
     PERFORM {comp}.{q(views[v].prune_function)}();
@@ -854,7 +1043,10 @@ def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
     whenever a view is created, dropped or recompiled), and ``maintain_all``. A view that
     reads other views is maintained with them, upstream first, in one transaction. Static,
     because a dynamically executed CALL cannot commit, and a dynamically executed LOCK takes
-    the snapshot before locking."""
+    the snapshot before locking. ``choices`` (jsonb, optional): view → its refresh decision
+    (``"recompute"``, ``"id"`` or ``{"choice": …, "reason": …}``); a view not named gets its
+    default (``_decision_block``). The procedures of an older format (without ``choices``)
+    are dropped first: they would be overloads of these."""
     comp = q(companion)
     by_name = {v.name: v for v in views}
     upstream = {v.name: v.upstream for v in views}
@@ -897,9 +1089,12 @@ BEGIN
 {_indent(_run_block(schema, companion, by_name, every, "jsonb_build_object('views', runs)"), 2)
  if every else "  stats := jsonb_build_object('views', '{}'::jsonb);"}
 END"""
-    return (f"CREATE OR REPLACE PROCEDURE {comp}.maintain(view text, INOUT stats jsonb "
-            f"DEFAULT NULL, version int DEFAULT NULL) LANGUAGE plpgsql AS "
-            f"{dollar_quote(body)};\n"
+    return (f"DROP PROCEDURE IF EXISTS {comp}.maintain(text, jsonb, int);\n"
+            f"DROP PROCEDURE IF EXISTS {comp}.maintain_all(jsonb, int);\n"
+            f"CREATE OR REPLACE PROCEDURE {comp}.maintain(view text, INOUT stats jsonb "
+            f"DEFAULT NULL, version int DEFAULT NULL, choices jsonb DEFAULT NULL) "
+            f"LANGUAGE plpgsql AS {dollar_quote(body)};\n"
             f"CREATE OR REPLACE PROCEDURE {comp}.maintain_all(INOUT stats jsonb DEFAULT NULL, "
-            f"version int DEFAULT NULL) LANGUAGE plpgsql AS {dollar_quote(all_body)}")
+            f"version int DEFAULT NULL, choices jsonb DEFAULT NULL) LANGUAGE plpgsql AS "
+            f"{dollar_quote(all_body)}")
 

@@ -24,9 +24,17 @@ from idivm.catalog import Catalog, Table
 from idivm.errors import BackendError, IdivmError, MaintenanceError, UnsupportedSQL
 from idivm.frontend import relations_read
 from idivm.plan import Plan, plan
-from idivm.planner.model import MAX_IDENT, Strategy
+from idivm.planner.model import MAX_IDENT
 from idivm.postgres import changelog
 from idivm.postgres import compile as compile_
+from idivm.refresh_cost import (
+    REFRESH_STRATEGIES,
+    Decision,
+    History,
+    RefreshStrategy,
+    decide,
+    planned,
+)
 from idivm.script import Apply
 
 REGISTRY = "views"
@@ -41,9 +49,12 @@ def qq(schema: str, name: str) -> str:
     return f"{q(schema)}.{q(name)}"
 
 
+HISTORY = compile_.HISTORY
+
+
 @dataclass
 class MaintenanceStats:
-    """What one ``maintain`` did: rows per i-diff, time per statement."""
+    """What one ``maintain`` did: rows per i-diff, time per statement, what ran and why."""
 
     view: str
     changes: dict[str, int] = field(default_factory=dict)  # base table → effective changes
@@ -53,20 +64,39 @@ class MaintenanceStats:
     seconds: float = 0.0
     # the views this one reads, maintained first in the same transaction: name → their stats
     upstream: dict[str, MaintenanceStats] = field(default_factory=dict)
+    # what ran and why, as Spark's stats.decision: choice (id: the Δ-script, or recompute),
+    # reason, and for an ``auto`` refresh the estimates (maintain_estimate,
+    # recompute_estimate, changes, base_rows); strategy: id, tuple or recompute
+    decision: dict[str, Any] = field(default_factory=dict)
+    log_rows: dict[str, int] = field(default_factory=dict)  # base table → log rows consumed
 
     @classmethod
     def of(cls, name: str, stats: Mapping[str, Any]) -> MaintenanceStats:
         """From the statistics a compiled maintenance function returns."""
+        decision = dict(stats.get("decision") or {})
+        if stats.get("strategy"):
+            decision["strategy"] = str(stats["strategy"])
         return cls(name, {k: int(v) for k, v in stats["changes"].items()},
                    {k: int(v) for k, v in stats["idiff_rows"].items()},
                    {k: int(v) for k, v in stats["applied_rows"].items()},
                    [(str(k), float(v)) for k, v in stats["statement_seconds"]],
-                   float(stats.get("seconds") or 0.0))
+                   float(stats.get("seconds") or 0.0), decision=decision,
+                   log_rows={k: int(v) for k, v in (stats.get("log_rows") or {}).items()})
+
+    @property
+    def choice(self) -> str:
+        """``id`` (the Δ-script ran) or ``recompute``."""
+        return str(self.decision.get("choice", "id"))
+
+    @property
+    def reason(self) -> str:
+        return str(self.decision.get("reason", ""))
 
     def as_dict(self) -> dict[str, Any]:
         out = {"view": self.view, "changes": self.changes, "idiff_rows": self.idiff_rows,
                "applied_rows": self.applied_rows, "seconds": self.seconds,
-               "statement_seconds": self.statement_seconds}
+               "statement_seconds": self.statement_seconds, "decision": self.decision,
+               "log_rows": self.log_rows}
         if self.upstream:
             out["upstream"] = {k: v.as_dict() for k, v in self.upstream.items()}
         return out
@@ -76,10 +106,11 @@ class PostgresMaintainer:
     """Deferred ID-based maintenance of materialized views on one PostgreSQL schema.
 
     ``create_view`` compiles the view's Δ-script once into server-side code (the function
-    ``"<schema>__idivm".maintain__<n>()``) and ``maintain`` is then one ``CALL
-    "<schema>__idivm".maintain('<view>')`` — which a user can also run from psql or a
-    scheduler inside the database. No base table is locked: a maintain consumes exactly the
-    logged changes of the transactions its REPEATABLE READ snapshot sees.
+    ``"<schema>__idivm".maintain__<n>(decision)``, which can also recompute the view) and
+    ``maintain`` is then one ``CALL "<schema>__idivm".maintain('<view>')`` — which a user can
+    also run from psql or a scheduler inside the database. No base table is locked: a
+    maintain consumes exactly the logged changes of the transactions its REPEATABLE READ
+    snapshot sees.
     """
 
     def __init__(self, dsn: str, schema: str | None = None) -> None:
@@ -142,6 +173,7 @@ class PostgresMaintainer:
             "runs bigint NOT NULL DEFAULT 0)")
         self.conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {qq(self.companion, 'compiled')}")
         self.conn.execute(compile_.fingerprint_source(self.companion))
+        self.conn.execute(compile_.history_source(self.companion))
 
     def _install_dispatcher(self) -> None:
         """(Re)generate the companion's ``maintain`` procedure from the registry; call under
@@ -181,7 +213,7 @@ class PostgresMaintainer:
         if name not in self._plans:
             e = self._entry(name)
             self._plans[name] = plan(e["sql"], Catalog.from_ddl(e["catalog"]), name=name,
-                                     changes=e["changes"], strategy=e["strategy"],
+                                     changes=e["changes"], strategy=planned(e["strategy"]),
                                      schema=self.schema)
         return self._plans[name]
 
@@ -214,10 +246,12 @@ class PostgresMaintainer:
     # -- API ---------------------------------------------------------------------------------
     def create_view(self, name: str, view_sql: str,
                     changes: Mapping[str, Sequence[str]] | None = None,
-                    catalog: Catalog | None = None, strategy: Strategy = "id") -> Plan:
+                    catalog: Catalog | None = None, strategy: RefreshStrategy = "id") -> Plan:
         """Materialize the view and its caches, start logging its base tables and install its
-        compiled Δ-script. ``strategy``: ``id`` (ID-based, the default), ``tuple``
-        (tuple-based t-diffs, the baseline) or ``recompute``.
+        compiled Δ-script. ``strategy``: ``id`` (ID-based, the default), ``auto`` (each
+        ``maintain`` runs the ID-based Δ-script or recomputes, whichever ``refresh_cost``
+        estimates cheaper from the pending changes, the tables' sizes and the view's
+        ``refresh_history``), ``tuple`` (tuple-based t-diffs, the baseline) or ``recompute``.
 
         Unsupported SQL raises before anything is created; any failure rolls back. Writers
         are held up only while the logging triggers are installed, not while the view is
@@ -233,7 +267,7 @@ class PostgresMaintainer:
         if upstream:  # views of this schema it reads: tables keyed by their IDs
             full = Catalog.of([*(t for n, t in full.tables.items() if n not in upstream),
                                *(self._as_table(v) for v in upstream)])
-        p = plan(view_sql, full, name=name, changes=changes, strategy=strategy,
+        p = plan(view_sql, full, name=name, changes=changes, strategy=planned(strategy),
                  schema=self.schema)
         for v in upstream:  # it starts from their state now (then both move together)
             self.maintain(v)
@@ -272,12 +306,14 @@ class PostgresMaintainer:
             with self.conn.transaction():
                 self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 self._search_path()
+                t0 = time.perf_counter()
                 for m, query in p.materialize_queries():
                     # fillfactor: room for HOT updates of the columns APPLYs set
                     self.conn.execute(f"CREATE TABLE {qq(self.companion, m.name)} WITH "
                                       f"(fillfactor = 90) AS {query.sql('postgres')}")
                     self._indexes(p, m.name, m.key, m.nullable)
                     self.conn.execute(f"ANALYZE {qq(self.companion, m.name)}")
+                seconds = time.perf_counter() - t0
                 cols = ", ".join(q(c) for c in p.columns)
                 self.conn.execute(f"CREATE VIEW {qq(self.schema, name)} AS SELECT {cols} FROM "
                                   f"{qq(self.companion, p.store.name)}")
@@ -285,7 +321,14 @@ class PostgresMaintainer:
                 fingerprints = {t: self._fingerprint(t, read.table(t).column_names,
                                                      sources.get(t))
                                 for t in p.tables}
-                compiled = self._install_code(p, read, fingerprints)
+                compiled = self._install_code(p, read, fingerprints, strategy)
+                # the materialization, timed: the cost model's first measure of a recompute
+                self.conn.execute(
+                    f"INSERT INTO {qq(self.companion, HISTORY)} (view, strategy, changes, "
+                    f"seconds, base_rows, reason) VALUES (%s, 'create', 0, %s, "
+                    f"{qq(self.companion, 'relation_rows')}(%s), %s)",
+                    (name, seconds, self._relations(p.tables, sources),
+                     "create_view: the view materialized from its query"))
                 self.conn.execute(
                     f"INSERT INTO {qq(self.companion, REGISTRY)} (name, sql, changes, strategy, "
                     "catalog, tables, relations, function, prune_function, format_version, "
@@ -390,8 +433,14 @@ class PostgresMaintainer:
         return {t: (self.companion, self.plan_of(t).store.name) for t in p.tables
                 if t in views and t != p.name}
 
-    def _install_code(self, p: Plan, read: Catalog, fingerprints: Mapping[str, str]
-                      ) -> compile_.Compiled:
+    def _relations(self, tables: Sequence[str], sources: Mapping[str, tuple[str, str]]
+                   ) -> list[str]:
+        """The relations holding the rows of ``tables`` (an upstream view: its stored table),
+        qualified and quoted (``relation_rows`` counts them)."""
+        return [qq(*sources.get(t, (self.schema, t))) for t in tables]
+
+    def _install_code(self, p: Plan, read: Catalog, fingerprints: Mapping[str, str],
+                      refresh: str | None = None) -> compile_.Compiled:
         row = self.conn.execute("SELECT nextval(to_regclass(%s))",
                                 (qq(self.companion, "compiled"),)).fetchone()
         # the tag names the code and its session temp tables: unique beyond the companion's
@@ -401,7 +450,7 @@ class PostgresMaintainer:
         types = {t: changelog.column_types(self.conn, self.schema, t) for t in p.tables}
         compiled = compile_.compile_view(p, self.schema, self.companion, tag,
                                          {t: read.table(t) for t in p.tables}, fingerprints,
-                                         types, self._sources(p))
+                                         types, self._sources(p), refresh)
         for stmt in compiled.source:
             self.conn.execute(stmt)
         return compiled
@@ -421,37 +470,164 @@ class PostgresMaintainer:
                 self.conn.execute(f"CREATE INDEX ON {qq(self.companion, table)} "
                                   f"({', '.join(q(k) for k in s.ids)})")
 
-    def maintain(self, name: str) -> MaintenanceStats:
-        """Run the view's compiled Δ-script over the changes committed since its last run:
-        one ``CALL``, one REPEATABLE READ transaction; a failure rolls everything back. A view
-        that reads other views is maintained after them (transitively, each once), in the
-        same transaction: one snapshot of the base tables for all; their statistics are in
-        ``upstream``."""
+    def maintain(self, name: str, strategy: RefreshStrategy | None = None
+                 ) -> MaintenanceStats:
+        """Run the view's compiled Δ-script over the changes committed since its last run —
+        or, for an ``auto`` view whose recomputation ``refresh_cost`` estimates cheaper,
+        recompute it (the choice and its reason: ``stats.decision``): one ``CALL``, one
+        REPEATABLE READ transaction; a failure rolls everything back. ``strategy`` overrides
+        the view's for this refresh (``id``, ``recompute``, or ``auto``: estimate both). A
+        view that reads other views is maintained after them (transitively, each once, each
+        by its own strategy), in the same transaction: one snapshot of the base tables for
+        all; their statistics are in ``upstream``."""
         start = time.perf_counter()
-        stats = self._call(name, retry=True)
+        info = self._refresh_info()
+        choices = self._decisions(pipeline.order(_upstream(info), [name]), info,
+                                  {name: strategy} if strategy else {}) if name in info else {}
+        if strategy and name not in info:
+            self._entry(name)  # (raises: no such view)
+        stats = self._call(name, retry=True, choices=choices)
         out = MaintenanceStats.of(name, stats)
         out.upstream = {k: MaintenanceStats.of(k, v)
                         for k, v in (stats.get("upstream") or {}).items()}
         out.seconds = time.perf_counter() - start
         return out
 
-    def maintain_all(self) -> dict[str, MaintenanceStats]:
+    def maintain_all(self, strategy: RefreshStrategy | None = None
+                     ) -> dict[str, MaintenanceStats]:
         """Maintain every view of the schema in dependency order, in one transaction (one
-        snapshot of the base tables): view name → its statistics."""
+        snapshot of the base tables): view name → its statistics. ``strategy`` as
+        ``maintain``'s, for each view it applies to (not ``id`` to a ``recompute`` view, nor
+        ``tuple`` to a view of another strategy)."""
         if not self._views():
             return {}
         if not self._has_procedure("maintain_all"):  # a companion from before pipelines
             self._recompile_stale(None)
-        stats = self._call(None, retry=True)
+        info = self._refresh_info()
+        order = pipeline.order(_upstream(info), info)
+        asked = {v: strategy for v in order if strategy and _applies(strategy, info[v][0])}
+        choices = self._decisions(order, info, asked)
+        stats = self._call(None, retry=True, choices=choices)
         return {k: MaintenanceStats.of(k, v) for k, v in (stats.get("views") or {}).items()}
 
-    def _call(self, name: str | None, retry: bool) -> dict[str, Any]:
-        """``CALL maintain(name)``, or ``maintain_all`` when ``name`` is None."""
+    # -- the refresh decision -------------------------------------------------------------
+    def _refresh_info(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """The views of the schema → (refresh strategy, the relations each reads), in one
+        query (every maintain reads it); none if the companion has no registry."""
+        try:
+            rows = self.conn.execute(
+                f"SELECT name, strategy, tables FROM {qq(self.companion, REGISTRY)}").fetchall()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            return {}
+        return {str(n): (str(s), tuple(ts)) for n, s, ts in rows}
+
+    def _decisions(self, order: Sequence[str], info: Mapping[str, tuple[str, tuple[str, ...]]],
+                   asked: Mapping[str, RefreshStrategy | None]) -> dict[str, dict[str, Any]]:
+        """The decision passed to each view's function whose refresh is not its function's
+        default (the Δ-script; a ``recompute`` view's recomputation): for an ``auto`` view
+        (or ``strategy="auto"`` asked), ``refresh_cost.decide`` over the changes pending,
+        the tables' sizes and the view's history; for a strategy asked for this refresh, that
+        strategy."""
+        out: dict[str, dict[str, Any]] = {}
+        estimates: dict[str, int] = {}
+        for v in order:
+            mine = info[v][0]
+            want = asked.get(v) or mine
+            if want not in REFRESH_STRATEGIES:
+                raise IdivmError(f"strategy must be auto, id, tuple or recompute, not {want!r}")
+            if want == "tuple" and mine != "tuple":
+                raise IdivmError("strategy='tuple' is chosen at create_view (it plans t-diffs)")
+            if want in ("id", "tuple") and mine == "recompute":
+                raise IdivmError(f"view {v!r} was created with strategy='recompute': it has no "
+                                 "Δ-script to run")
+            if want == "auto" and mine != "recompute":
+                out[v] = self._decide(v, info, estimates).as_dict()
+                out[v] |= {"changes": estimates[v]}
+            elif want == "recompute" and mine != "recompute":
+                out[v] = Decision("recompute", "strategy='recompute' asked for this refresh"
+                                  ).as_dict()
+            elif want in ("id", "tuple") and mine == "auto":
+                out[v] = Decision("id", f"strategy={want!r} asked for this refresh").as_dict()
+        return out
+
+    def _decide(self, view: str, info: Mapping[str, tuple[str, tuple[str, ...]]],
+                estimates: dict[str, int]) -> Decision:
+        """``refresh_cost.decide`` for an ``auto`` refresh of ``view``; ``estimates`` (view →
+        its changes, filled): the log rows pending for it, and for a view read by it as a
+        table the changes estimated for that view (its refresh in the same transaction logs
+        at most about as many)."""
+        if not self._has(HISTORY) or not self._has_function("relation_rows"):
+            self._recompile_stale(None)  # a companion from before refresh histories
+        if view not in estimates:
+            self._estimate_changes(view, info, estimates)
+        n = estimates[view]
+        p = self.plan_of(view)
+        if n == 0:
+            return Decision("id", "no changes pending: nothing to refresh")
+        row = self.conn.execute(f"SELECT {qq(self.companion, 'relation_rows')}(%s)",
+                                (self._relations(p.tables, self._sources(p)),)).fetchone()
+        rows = int(row[0]) if row and row[0] is not None else None
+        return decide("auto", n, rows, self.history_model(view), "postgres")
+
+    def _estimate_changes(self, view: str, info: Mapping[str, tuple[str, tuple[str, ...]]],
+                          estimates: dict[str, int]) -> None:
+        """The changes estimated for ``view`` (as ``_decide`` counts them) into ``estimates``."""
+        n = 0
+        for t in info[view][1]:
+            n += self._pending(t, view)
+            if t in info:
+                if t not in estimates:
+                    self._estimate_changes(t, info, estimates)
+                n += estimates[t]
+        estimates[view] = n
+
+    def history_model(self, name: str) -> History:
+        """The cost model's ``History`` of the view, from its rows of ``refresh_history``."""
+        if not self._has(HISTORY):
+            return History()
+        rows = self.conn.execute(
+            f"SELECT strategy, changes, seconds, base_rows FROM {qq(self.companion, HISTORY)} "
+            "WHERE view = %s ORDER BY id", (name,)).fetchall()
+        return History.of_runs([(str(r[0]), int(r[1]), float(r[2]),
+                                 None if r[3] is None else int(r[3])) for r in rows], "postgres")
+
+    def history(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The rows of ``refresh_history`` (of view ``name``, or of every view), oldest first:
+        view, finished_at, strategy (id, tuple, recompute; create: the materialization),
+        changes (log rows consumed), seconds, base_rows, reason."""
+        if not self._has(HISTORY):
+            return []
+        cur = self.conn.execute(
+            f"SELECT view, finished_at, strategy, changes, seconds, base_rows, reason "
+            f"FROM {qq(self.companion, HISTORY)} WHERE %s::text IS NULL OR view = %s "
+            "ORDER BY id", (name, name))
+        cols = [d.name for d in cur.description or ()]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+    def efficiency(self) -> dict[str, dict[str, Any]]:
+        """``refresh_efficiency()`` of the companion schema: view → its row."""
+        if not self._has(HISTORY) or not self._has_function("refresh_efficiency"):
+            return {}
+        cur = self.conn.execute(f"SELECT * FROM {qq(self.companion, 'refresh_efficiency')}()")
+        cols = [d.name for d in cur.description or ()]
+        return {str(r[0]): dict(zip(cols, r, strict=True)) for r in cur.fetchall()}
+
+    def _has_function(self, fn: str) -> bool:
+        row = self.conn.execute(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname = %s", (self.companion, fn)).fetchone()
+        return bool(row and row[0])
+
+    def _call(self, name: str | None, retry: bool,
+              choices: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``CALL maintain(name)``, or ``maintain_all`` when ``name`` is None; ``choices``:
+        view → its refresh decision."""
         what = repr(name) if name is not None else f"the views of schema {self.schema!r}"
-        call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s)" if name is not None \
-            else f"CALL {qq(self.companion, 'maintain_all')}(NULL, %s)"
-        args = (name, compile_.FORMAT_VERSION) if name is not None else \
-            (compile_.FORMAT_VERSION,)
+        call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s, %s)" if name is not None \
+            else f"CALL {qq(self.companion, 'maintain_all')}(NULL, %s, %s)"
+        decided = json.dumps(dict(choices)) if choices else None
+        args = (name, compile_.FORMAT_VERSION, decided) if name is not None else \
+            (compile_.FORMAT_VERSION, decided)
         # the procedure sets it in the maintenance transaction: kept only if that commits
         self.conn.execute("SELECT set_config(%s, '', false)", (compile_.COMMITTED_SETTING,))
         try:
@@ -460,6 +636,11 @@ class PostgresMaintainer:
             if not self._has_procedure():  # else: raised by the code it runs, reported below
                 self._check_layout()
                 raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}") from e
+            if retry and not (self._has_procedure("maintain", 4) if name is not None
+                              else self._has_procedure("maintain_all", 3)):
+                # the procedures of an older idivm (without choices): recompile, re-run
+                self._recompile_stale(name)
+                return self._call(name, retry=False, choices=choices)
             raise MaintenanceError(f"maintenance of {what} failed and was rolled back "
                                    f"(re-run it): {str(e).strip()}") from e
         except psycopg.Error as e:
@@ -475,7 +656,7 @@ class PostgresMaintainer:
             state = e.sqlstate
             if state == compile_.STALE_CODE and retry:
                 self._recompile_stale(name)
-                return self._call(name, retry=False)
+                return self._call(name, retry=False, choices=choices)
             if state == compile_.NO_VIEW:
                 raise BackendError(msg.removeprefix("idivm: ")) from e
             if state == compile_.UNDECLARED_CHANGE:
@@ -502,12 +683,14 @@ class PostgresMaintainer:
             return None
         return dict(json.loads(str(row[0])))
 
-    def _has_procedure(self, proc: str = "maintain") -> bool:
-        """Whether the companion schema has its ``maintain`` procedure (or ``proc``)."""
+    def _has_procedure(self, proc: str = "maintain", args: int | None = None) -> bool:
+        """Whether the companion schema has its ``maintain`` procedure (or ``proc``; taking
+        ``args`` arguments, if given)."""
         row = self.conn.execute(
             "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'",
-            (self.companion, proc)).fetchone()
+            "WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p' "
+            "AND (%s::int IS NULL OR p.pronargs = %s::int)",
+            (self.companion, proc, args, args)).fetchone()
         return bool(row and row[0])
 
     def _recompile_stale(self, name: str | None) -> None:
@@ -541,7 +724,7 @@ class PostgresMaintainer:
         with self.conn.transaction():
             changelog.lock_companion(self.conn, self.schema)
             self._registry()
-            compiled = self._install_code(p, read, fingerprints)
+            compiled = self._install_code(p, read, fingerprints, str(e["strategy"]))
             self.conn.execute(
                 f"UPDATE {qq(self.companion, REGISTRY)} SET function = %s, prune_function = %s,"
                 " format_version = %s, fingerprints = %s WHERE name = %s",
@@ -549,7 +732,8 @@ class PostgresMaintainer:
                  json.dumps(fingerprints), name))
             for fn in {e["function"], e["prune_function"]} - {compiled.function,
                                                               compiled.prune_function}:
-                self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}()")
+                # (no argument list: the maintenance function's changed with format 5)
+                self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}")
             self._install_dispatcher()
 
     def drop_view(self, name: str, cascade: bool = False) -> None:
@@ -572,9 +756,12 @@ class PostgresMaintainer:
                 for rel in e["relations"]:
                     self.conn.execute(f"DROP TABLE IF EXISTS {qq(self.companion, rel)}")
                 for fn in (e["function"], e["prune_function"]):
-                    self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}()")
+                    self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}")
                 self.conn.execute(f"DELETE FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
                                   (name,))
+                if self._has(HISTORY):
+                    self.conn.execute(f"DELETE FROM {qq(self.companion, HISTORY)} "
+                                      "WHERE view = %s", (name,))
                 self.conn.execute(f"DROP VIEW IF EXISTS "
                                   f"{qq(self.companion, compile_.lock_relation(name))}")
                 for t in e["tables"]:
@@ -605,13 +792,25 @@ class PostgresMaintainer:
         return bool(row and row[0])
 
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Registered views, when they were last maintained and how many changes wait."""
+        """Registered views, when they were last maintained and how many changes wait; their
+        refresh history: ``last_refresh`` (what ran, when, over how many log rows, in how many
+        seconds, and why) and ``efficiency`` (their row of ``refresh_efficiency()``)."""
         with self.conn.transaction():
             if not self._has(REGISTRY):
                 return []
             rows = self.conn.execute(
                 f"SELECT name, created, last_maintained, runs, tables, strategy FROM "
                 f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
+            efficiency = self.efficiency()
+            last_runs: dict[str, dict[str, Any]] = {}
+            if self._has(HISTORY):
+                cur = self.conn.execute(
+                    f"SELECT DISTINCT ON (view) view, finished_at, strategy, changes, seconds, "
+                    f"reason FROM {qq(self.companion, HISTORY)} WHERE strategy <> 'create' "
+                    "ORDER BY view, id DESC")
+                cols = [d.name for d in cur.description or ()]
+                last_runs = {str(r[0]): dict(zip(cols[1:], r[1:], strict=True))
+                             for r in cur.fetchall()}
             out = []
             names = {str(r[0]) for r in rows}
             for vname, created, last, runs, tables, strategy in rows:
@@ -620,10 +819,13 @@ class PostgresMaintainer:
                 pending = {t: self._pending(t, vname) for t in tables}
                 marks = {t: changelog.watermark(self.conn, self.schema, t, vname)
                          for t in tables}
+                eff = dict(efficiency.get(vname, {}))
+                eff.pop("view", None)
                 out.append({"view": vname, "created": str(created), "last_maintained":
                             str(last) if last else None, "runs": runs, "strategy": strategy,
                             "upstream": sorted(t for t in tables if t in names),
-                            "pending_log_rows": pending, "watermarks": marks})
+                            "pending_log_rows": pending, "watermarks": marks,
+                            "last_refresh": last_runs.get(vname), "efficiency": eff})
         return out
 
     def _pending(self, table: str, view: str) -> int:
@@ -634,6 +836,17 @@ class PostgresMaintainer:
             changelog.log_ref(self.schema, table)).where(changelog.pending_predicate(mark))
         row = self.conn.execute(query.sql("postgres")).fetchone()
         return int(row[0]) if row else 0
+
+
+def _applies(asked: RefreshStrategy, strategy: str) -> bool:
+    """Whether a refresh strategy asked for can override a view's ``strategy``."""
+    return not (asked in ("id", "tuple") and strategy == "recompute") and \
+        not (asked == "tuple" and strategy != "tuple")
+
+
+def _upstream(info: Mapping[str, tuple[str, tuple[str, ...]]]) -> dict[str, tuple[str, ...]]:
+    """View → the views it reads, from ``_refresh_info``."""
+    return {v: tuple(t for t in ts if t in info) for v, (_, ts) in info.items()}
 
 
 def _as_url(dsn: str) -> str:

@@ -141,7 +141,9 @@ def outer_join_change_reads(dsn: str, schema: str, customers: int) -> Counter[st
                 for s, rel, seq, n in conn.execute(
                         "SELECT schemaname, relname, seq_scan, seq_tup_read + "
                         "coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE "
-                        "schemaname = ANY(%s) AND relname NOT LIKE 'log\\_\\_%%'",
+                        "schemaname = ANY(%s) AND relname NOT LIKE 'log\\_\\_%%' "
+                        # (not the i-diffs in the view's scratch relations)
+                        "AND relname NOT LIKE '\\_\\_iv%%'",
                         ([schema, f"{schema}__idivm"],)):
                     out["rows"] += n
                     out[f"{s}.{rel} seq_scan"] += seq

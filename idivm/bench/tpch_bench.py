@@ -870,6 +870,8 @@ def read_since(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str,
         d = n - before.get(rel, 0)
         if d > 0:
             schema, _, name = rel.partition(".")
+            if name.startswith("__iv"):  # the view's scratch relations: its i-diffs
+                continue
             kind = "log" if name.startswith("log__") else \
                 "stored" if schema.endswith("__idivm") else "base"
             out[f"{kind}:{name}"] = d

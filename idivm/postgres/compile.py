@@ -10,11 +10,13 @@ The rewrites, each a small function over the script, applied in order:
    one semi-join per i-diff, so each branch is driven by its (small) i-diff through the stored
    relation's ID index instead of a scan of the whole cache;
 2. ``rename_temporaries`` — i-diffs, snapshots and folded change tables get per-compilation
-   names (temporary tables live per session and are shared by every view maintained in it);
+   names: the view's *scratch relations*, unlogged tables of the companion schema created with
+   the code (not per session: a session's first maintain used to spend 100–200 ms creating
+   them), used by one maintain of the view at a time (its lock) and emptied by it;
 3. ``inline_single_use`` — a relation read by one later statement becomes a CTE of that
    statement (PostgreSQL inlines it), unless an APPLY between them changes what it reads.
 
-What stays a temporary table is filled once per run; its row count decides at run time whether
+What stays a scratch relation is filled once per run; its row count decides at run time whether
 the statements reading it run at all (an i-diff that is empty yields nothing), and ANALYZE gives
 the planner its true size, so plans follow the batch: a few changed keys are index probes on the
 stored relations' ID indexes, a large batch a hash join.
@@ -48,7 +50,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 5  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 6  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
@@ -67,9 +69,9 @@ PREV = "idivm__prev"  # the view's watermark (a pg_snapshot) inside the function
 
 @dataclass(frozen=True)
 class Relation:
-    """A temporary relation of the compiled code: a folded change table or a Compute."""
+    """A scratch relation of the compiled code: a folded change table or a Compute."""
 
-    name: str  # the session-level temporary table
+    name: str  # the unlogged table of the companion schema
     label: str  # the name the Δ-script and the statistics use
     counter: str  # the PL/pgSQL variable holding its row count this run
 
@@ -78,7 +80,13 @@ class Relation:
 class Compiled:
     function: str
     prune_function: str
-    source: tuple[str, ...]  # CREATE OR REPLACE FUNCTION statements
+    source: tuple[str, ...]  # its scratch relations, CREATE OR REPLACE FUNCTION statements
+
+
+def scratch_prefix(function: str) -> str:
+    """The name prefix of the scratch relations of the code whose function is ``function``
+    (``maintain__<tag>``): what dropping or recompiling the view drops with it."""
+    return f"__iv{function.removeprefix('maintain__')}_"
 
 
 # --------------------------------------------------------------------------- script rewrites
@@ -490,11 +498,12 @@ def _branched(item: Inlined, r: Relation, label: str, rels: Mapping[str, Relatio
 
 
 def _analyze(r: Relation) -> str:
-    """Statistics for a filled temporary table when its size moved by more than 4× from what
+    """Statistics for a filled scratch relation when its size moved by more than 4× from what
     the planner last saw: plans follow the batch, and a run like the last one keeps the
-    session's cached plans (an ANALYZE invalidates them)."""
+    sessions' cached plans (an ANALYZE invalidates them). Its ``reltuples`` is read through
+    its name, found on the function's search path (the companion schema first)."""
     seen = (f"(SELECT c.reltuples FROM pg_class c WHERE c.oid = "
-            f"{lit('pg_temp.' + q(r.name))}::regclass)")
+            f"{lit(q(r.name))}::regclass)")
     return (f"IF {r.counter} > 0 AND coalesce({seen} NOT BETWEEN {r.counter} / 4.0 AND "
             f"{r.counter} * 4.0, true) THEN\n  ANALYZE {q(r.name)};\nEND IF;")
 
@@ -774,10 +783,13 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             block = f"IF {guard} THEN\n{_indent(block, 2)}\nELSE\n  {skipped}\nEND IF;"
         script.append(block)
 
-    # temporary tables: created once per session and emptied by the run that filled them
-    # (ON COMMIT DELETE ROWS would truncate every one of them, with its TOAST table, at each
-    # commit: ~10 ms; a TRUNCATE gives the table a new file, invalidating the cached plans)
+    # scratch relations: created with the code, unlogged (nothing in them outlives a run, so
+    # nothing to recover after a crash), never autovacuumed (an autovacuum's ANALYZE of the
+    # emptied table would make every run re-ANALYZE and re-plan); emptied by the run that
+    # filled them (a TRUNCATE gives the table a new file, invalidating the cached plans)
     create_temps = []
+    unlogged = (f"CREATE UNLOGGED TABLE {q(companion)}.{{}} WITH (autovacuum_enabled = false, "
+                "toast.autovacuum_enabled = false)")
     for t in base:
         r = rels[names[change_table(t)]]
         tb = tables[t]
@@ -785,7 +797,9 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         defs += [f"{q(c + suffix)} {column_types[t][c]}" for suffix in ("__pre", "__post")
                  for c in tb.non_key_columns]
         defs += [f"{q(HAS_PRE)} boolean", f"{q(HAS_POST)} boolean"]
-        create_temps.append(f"CREATE TEMP TABLE {q(r.name)} ({', '.join(defs)});")
+        create_temps.append(f"CREATE UNLOGGED TABLE {q(companion)}.{q(r.name)} "
+                            f"({', '.join(defs)}) WITH (autovacuum_enabled = false, "
+                            "toast.autovacuum_enabled = false);")
     for it in items:
         s = it.statement
         if isinstance(s, Compute):
@@ -793,22 +807,25 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             w = _with(it.ctes)
             if w is not None:
                 query.set("with_", w)
-            create_temps.append(f"CREATE TEMP TABLE {q(s.name)} AS "
+            create_temps.append(f"{unlogged.format(q(s.name))} AS "
                                 f"{fix(query).sql('postgres')} WITH NO DATA;")
     if base:  # (a view over no table has no change table, nothing to fold or apply)
         first = rels[names[change_table(base[0])]].name
         # analyzed empty: never-analyzed tables are planned as 10 pages (~850 rows), which
         # turns the probes of an empty i-diff into whole scans of the stored relations
-        create_temps.append(f"ANALYZE {', '.join(q(r.name) for r in rels.values())};")
-        # after the isolation and fingerprint checks: the tables' queries read the base tables
-        body.insert(2 + len(base), f"IF to_regclass({lit('pg_temp.' + q(first))}) IS NULL "
-                    f"THEN\n{_indent(chr(10).join(create_temps), 2)}\nEND IF;")
+        every = ", ".join(f"{q(companion)}.{q(r.name)}" for r in rels.values())
+        create_temps.append(f"ANALYZE {every};")
+        # after the isolation and fingerprint checks: a scratch relation dropped by hand
+        # makes the code stale (the maintainer recompiles it, which creates them again)
+        body.insert(2 + len(base), f"IF to_regclass({lit(q(first))}) IS NULL THEN\n"
+                    f"  RAISE EXCEPTION 'idivm: the scratch relations of view % are missing', "
+                    f"{lit(name)} USING ERRCODE = '{STALE_CODE}';\nEND IF;")
 
-    # temporary tables are not vacuumed: a DELETE's space is reused once the pages are pruned,
+    # scratch relations are not vacuumed: a DELETE's space is reused once the pages are pruned,
     # and a table grown past 8 MB by a large batch is truncated
     empty = "\n".join(
         f"IF {r.counter} > 0 THEN\n  DELETE FROM {q(r.name)};\n"
-        f"  IF pg_relation_size({lit('pg_temp.' + q(r.name))}) > 8388608 THEN "
+        f"  IF pg_relation_size({lit(q(r.name))}) > 8388608 THEN "
         f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values())
     script.append(empty)
     delta.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
@@ -862,8 +879,16 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         f"  PERFORM {prune_statement(schema, t).removeprefix('SELECT ')};" for t in base) + "\nEND"
     prune = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(prune_function)}() RETURNS void "
              f"LANGUAGE plpgsql AS {dollar_quote(prune_src)}")
+    # the scratch relations' queries name the base tables and stored relations as the
+    # function's do: on its search path
+    path = f"{q(companion)}, {q(schema)}"
+    scratch = ("DO " + dollar_quote(
+        "DECLARE\n  idivm__path text := current_setting('search_path');\nBEGIN\n"
+        f"  PERFORM set_config('search_path', {lit(path)}, true);\n"
+        + _indent("\n".join(create_temps), 2)
+        + "\n  PERFORM set_config('search_path', idivm__path, true);\nEND"))
     return Compiled(function, prune_function,
-                    (header + dollar_quote(src), comment, prune))
+                    (scratch, header + dollar_quote(src), comment, prune))
 
 
 # --------------------------------------------------------------------------- fixed runtime

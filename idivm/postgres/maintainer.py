@@ -443,9 +443,9 @@ class PostgresMaintainer:
                       refresh: str | None = None) -> compile_.Compiled:
         row = self.conn.execute("SELECT nextval(to_regclass(%s))",
                                 (qq(self.companion, "compiled"),)).fetchone()
-        # the tag names the code and its session temp tables: unique beyond the companion's
-        # sequence, which restarts when the last view's companion schema is dropped while a
-        # session still holds temp tables of the same names and another shape
+        # the tag names the code and its scratch relations: unique beyond the companion's
+        # sequence, which restarts when the last view's companion schema is dropped (and a
+        # session may still hold cached plans of functions of the same names)
         tag = f"{int(row[0]) if row else 0}_{secrets.token_hex(3)}"
         types = {t: changelog.column_types(self.conn, self.schema, t) for t in p.tables}
         compiled = compile_.compile_view(p, self.schema, self.companion, tag,
@@ -734,6 +734,8 @@ class PostgresMaintainer:
                                                               compiled.prune_function}:
                 # (no argument list: the maintenance function's changed with format 5)
                 self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}")
+            if e["function"] != compiled.function:
+                self._drop_scratch(e["function"])
             self._install_dispatcher()
 
     def drop_view(self, name: str, cascade: bool = False) -> None:
@@ -757,6 +759,7 @@ class PostgresMaintainer:
                     self.conn.execute(f"DROP TABLE IF EXISTS {qq(self.companion, rel)}")
                 for fn in (e["function"], e["prune_function"]):
                     self.conn.execute(f"DROP FUNCTION IF EXISTS {qq(self.companion, fn)}")
+                self._drop_scratch(e["function"])
                 self.conn.execute(f"DELETE FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
                                   (name,))
                 if self._has(HISTORY):
@@ -771,6 +774,15 @@ class PostgresMaintainer:
         except psycopg.Error as e2:
             raise BackendError(f"drop_view {name!r} failed: {str(e2).strip()}") from e2
         self._plans.pop(name, None)
+
+    def _drop_scratch(self, function: str) -> None:
+        """Drop the scratch relations of the code whose function is ``function``."""
+        rows = self.conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r' AND starts_with(c.relname, %s)",
+            (self.companion, compile_.scratch_prefix(function))).fetchall()
+        for (rel,) in rows:
+            self.conn.execute(f"DROP TABLE IF EXISTS {qq(self.companion, str(rel))}")
 
     def _uninstall(self, name: str, tables: Sequence[str]) -> None:
         """Undo the logging a failed create_view installed."""

@@ -39,7 +39,7 @@ def test_tiny_run_verifies_every_view(pg_dsn: str, tmp_path: Path) -> None:
     out = io.StringIO()
     rc = tpch_bench.run(sf=0.002, queries=[1, 3, 6], rounds=1, dsn=pg_dsn, out=tmp_path,
                         keep=False, schema=schema, explain=True,
-                        console=Console(file=out, width=200))
+                        console=Console(file=out, width=260))
     assert rc == 0, out.getvalue()
     assert _schemas(pg_dsn, schema) == []
     saved = json.loads((tmp_path / "tpch.json").read_text())
@@ -53,12 +53,14 @@ def test_tiny_run_verifies_every_view(pg_dsn: str, tmp_path: Path) -> None:
     for q in saved["queries"].values():
         assert q["status"] == "accepted"
         assert q["summary"]["verified"] == "yes", q
-        assert q["verified_initial"] == {"id": True, "tuple": True, **{c: True for c in ivm}}
+        assert q["verified_initial"] == {"id": True, "tuple": True, "auto": True,
+                                         **{c: True for c in ivm}}
         assert q["script_lines"] > 0 and q["plan_s"]["median"] > 0
-        assert set(q["create_s"]) == {"id", "tuple", *ivm}
+        assert set(q["create_s"]) == {"id", "tuple", "auto", *ivm}
         assert not q["peer_failures"]
         [r] = q["rounds"]
-        assert r["verified"] == {c: True for c in ("id", "tuple", "refresh", *ivm)}
+        assert r["verified"] == {c: True for c in ("id", "tuple", "auto", "refresh", *ivm)}
+        assert r["auto"]["decision"]["choice"] in ("id", "recompute")
         assert r["id"]["s"] > 0 and r["tuple"]["s"] > 0 and r["recompute_s"] > 0
         assert r["refresh"]["s"] > 0 and r["apply_s"] > 0
         assert r["order"] == list(tpch_bench.COLUMNS)  # round 1: not rotated yet
@@ -102,16 +104,16 @@ def test_without_pg_ivm_the_run_says_so(pg_dsn: str, tmp_path: Path,
     monkeypatch.setattr(pgivm, "unavailable", lambda dsn: "pg_ivm is not installed (test)")
     out = io.StringIO()
     rc = tpch_bench.run(sf=0.002, queries=[6], rounds=2, dsn=pg_dsn, out=tmp_path,
-                        keep=False, schema=schema, console=Console(file=out, width=200))
+                        keep=False, schema=schema, console=Console(file=out, width=260))
     assert rc == 0, out.getvalue()
     assert _schemas(pg_dsn, schema) == []
     saved = json.loads((tmp_path / "tpch.json").read_text())
     assert saved["pg_ivm"] == {"unavailable": "pg_ivm is not installed (test)"}
     q = saved["queries"]["6"]
     assert "pg_ivm" not in q and "explain" not in q
-    assert [r["verified"] for r in q["rounds"]] == [{"id": True, "tuple": True,
+    assert [r["verified"] for r in q["rounds"]] == [{"id": True, "tuple": True, "auto": True,
                                                       "refresh": True}] * 2
-    assert q["rounds"][1]["order"] == ["tuple", "recompute", "refresh", "pg_ivm", "id"]
+    assert q["rounds"][1]["order"] == ["tuple", "auto", "recompute", "refresh", "pg_ivm", "id"]
     assert q["summary"]["refresh"] and q["summary"]["pg_ivm"] is None
     assert "no pg_ivm column: pg_ivm is not installed (test)" in out.getvalue()
 
@@ -141,7 +143,7 @@ def test_pg_ivm_refusals_and_a_failed_batch(pg_dsn: str, tmp_path: Path,
     monkeypatch.setattr(tpch_bench.PgIvmPeer, "apply", fail_second_timed)
     out = io.StringIO()
     rc = tpch_bench.run(sf=0.002, queries=[2, 6], rounds=3, dsn=pg_dsn, out=tmp_path,
-                        keep=False, schema=schema, console=Console(file=out, width=200))
+                        keep=False, schema=schema, console=Console(file=out, width=260))
     assert rc == 0, out.getvalue()
     assert _schemas(pg_dsn, schema) == []
     saved = json.loads((tmp_path / "tpch.json").read_text())
@@ -230,8 +232,10 @@ def test_captured_explains_nested_statements_and_restores_the_settings(pg_dsn: s
 
 def _fake_query(pg_ivm: dict[str, Any] | None, with_ivm: bool) -> dict[str, Any]:
     rounds = [{"round": k + 1, "apply_s": 0.010, "id": {"s": 0.020 + k / 1000},
-               "tuple": {"s": 0.080}, "recompute_s": 0.300, "refresh": {"s": 0.250},
-               "verified": {"id": True, "tuple": True, "refresh": True}} for k in range(2)]
+               "tuple": {"s": 0.080}, "auto": {"s": 0.021}, "recompute_s": 0.300,
+               "refresh": {"s": 0.250},
+               "verified": {"id": True, "tuple": True, "auto": True, "refresh": True}}
+              for k in range(2)]
     for r in rounds:
         if with_ivm:
             r["pg_ivm"] = {"s": 0.060}
@@ -256,6 +260,7 @@ def test_summary_table_and_plot_with_every_column(tmp_path: Path) -> None:
     assert s["apply_id"]["median"] == pytest.approx(0.0305)
     assert s["speedup"] == pytest.approx(0.3 / 0.0205)
     assert s["tuple_over_id"] == pytest.approx(0.08 / 0.0205)
+    assert s["auto_over_best"] == pytest.approx(0.021 / 0.0205)
     assert s["pg_ivm_over_apply_id"] == pytest.approx(0.06 / 0.0305)
     assert s["apply_id_over_pg_ivm"] == pytest.approx(0.0305 / 0.06)
     assert s["verified"] == "yes" and q2["summary"]["pg_ivm"] is None
@@ -302,13 +307,15 @@ def test_a_wrong_view_fails_loudly(pg_dsn: str, tmp_path: Path,
     monkeypatch.setattr(tpch_bench, "apply_batch", and_lose_a_row)
     out = io.StringIO()
     rc = tpch_bench.run(sf=0.002, queries=[1], rounds=1, dsn=pg_dsn, out=tmp_path, keep=False,
-                        schema=schema, console=Console(file=out, width=200))
+                        schema=schema, console=Console(file=out, width=260))
     assert rc == 1
     assert _schemas(pg_dsn, schema) == []
     saved = json.loads((tmp_path / "tpch.json").read_text())
     q = saved["queries"]["1"]
     assert saved["ok"] is False and q["summary"]["verified"] == "FAIL"
-    assert {m["view"] for m in q["mismatches"]} == {"q1_id", "q1_tuple"}
+    # (auto's too when it ran the Δ-script, not when it recomputed the view)
+    assert {"q1_id", "q1_tuple"} <= {m["view"] for m in q["mismatches"]} <= {
+        "q1_id", "q1_tuple", "q1_auto"}
     assert "differs from the query" in out.getvalue()
 
 
@@ -348,7 +355,7 @@ def test_a_slow_maintain_is_a_timeout_and_skips_the_rounds(
     monkeypatch.setattr(tpch_bench, "MAINTAIN_LIMIT_S", 0.001)  # statement_timeout 1 ms
     out = io.StringIO()
     rc = tpch_bench.run(sf=0.002, queries=[6], rounds=3, dsn=pg_dsn, out=tmp_path, keep=False,
-                        schema=schema, console=Console(file=out, width=200))
+                        schema=schema, console=Console(file=out, width=260))
     assert rc == 0, out.getvalue()  # reported, not failed
     assert _schemas(pg_dsn, schema) == []
     q = json.loads((tmp_path / "tpch.json").read_text())["queries"]["6"]

@@ -99,8 +99,8 @@ from idivm.bench.tpch import FK_INDEXES, TABLES, TPCH_DDL, load_tpch_extension
 from idivm.bench.tpch import queries as tpch_queries
 from idivm.catalog import Catalog
 from idivm.errors import IdivmError
-from idivm.planner.model import Strategy
 from idivm.postgres import PostgresMaintainer
+from idivm.refresh_cost import RefreshStrategy
 
 Conn: TypeAlias = "psycopg.Connection[Any]"
 
@@ -110,8 +110,10 @@ PLAN_REPEAT = 3
 MAINTAIN_LIMIT_S = 60.0
 CREATE_LIMIT_S = 120.0
 RECOMPUTE_TIMEOUT_S = 600.0
-STRATEGIES: tuple[Strategy, ...] = ("id", "tuple")
-COLUMNS = ("id", "tuple", "recompute", "refresh", "pg_ivm")  # rotated each round
+# id and tuple: the planner's strategies; auto: the id view whose every refresh chooses the
+# Δ-script or a recomputation (``refresh_cost.decide``)
+STRATEGIES: tuple[RefreshStrategy, ...] = ("id", "tuple", "auto")
+COLUMNS = ("id", "tuple", "auto", "recompute", "refresh", "pg_ivm")  # rotated each round
 PEERS = ("refresh", "pg_ivm")
 EXPLAIN_TOP = 5  # statements printed per query under --explain
 SIGNIFICANT = 6  # digits compared in fractional columns
@@ -784,6 +786,8 @@ class QueryRun:
                 rec[col] = {"s": took, "stats_s": stats.seconds, "changes": stats.changes,
                             "idiff_rows": stats.idiff_rows, "applied_rows": stats.applied_rows,
                             "statement_seconds": stats.statement_seconds}
+                if col == "auto":
+                    rec[col]["decision"] = stats.decision
                 if before is not None:
                     rec[col]["rows_read"] = read_since(before, self.reads())
                 if took > MAINTAIN_LIMIT_S:
@@ -922,6 +926,8 @@ def summarize(q: dict[str, Any]) -> dict[str, Any]:
         return x / y if x and y else None
 
     s["speedup"] = ratio("recompute", "id")
+    best = min((x for x in (med["id"], med["recompute"]) if x), default=None)
+    s["auto_over_best"] = med["auto"] / best if med["auto"] and best else None
     s["tuple_over_id"] = ratio("tuple", "id")
     s["refresh_over_id"] = ratio("refresh", "id")
     s["pg_ivm_over_apply_id"] = ratio("pg_ivm", "apply_id")
@@ -963,11 +969,13 @@ def _x(v: float | None, digits: int = 1) -> str:
 
 
 HEADER = ("query", "plan s", "script lines", "create s (id)", "recompute ms", "refresh ms",
-          "tuple ms", "id ms", "apply + id ms", "pg_ivm ms", "recompute ÷ id", "tuple ÷ id",
-          "pg_ivm ÷ (apply+id)", "verified")
+          "tuple ms", "id ms", "auto ms", "apply + id ms", "pg_ivm ms", "recompute ÷ id",
+          "tuple ÷ id", "auto ÷ best", "pg_ivm ÷ (apply+id)", "verified")
 CAPTION = ("ms, median (min–max) over the rounds; each round one batch: RF1 + RF2 (0.1% of "
            "orders each) + non-key and foreign-key updates; recompute: CREATE TEMP TABLE AS the "
-           "query; refresh: REFRESH MATERIALIZED VIEW; tuple / id: maintain; apply + id: the "
+           "query; refresh: REFRESH MATERIALIZED VIEW; tuple / id / auto: maintain (auto: the "
+           "Δ-script or a recomputation, as refresh_cost decides; auto ÷ best: against the "
+           "better of id and recompute); apply + id: the "
            "batch on the logged schema plus the id maintain; pg_ivm: the same batch with "
            "pg_ivm's immediate maintenance of an IMMV of the query (– when pg_ivm refuses the "
            "query or is not installed)")
@@ -996,9 +1004,10 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
         t.add_row(f"Q{nr}", f"{q['plan_s']['median']:.2f}", f"{q['script_lines']:,}",
                   f"{q['create_s']['id']:.2f}" if "id" in q["create_s"] else "–",
                   _cell(s["recompute"], n), _cell(s.get("refresh"), n), _cell(s["tuple"], n),
-                  _cell(s["id"], n), _cell(s.get("apply_id"), n), _pg_ivm_cell(q, n),
-                  _x(s["speedup"]), _x(s.get("tuple_over_id"), 2),
-                  _x(s.get("pg_ivm_over_apply_id"), 2), f"[{color}]{s['verified']}[/{color}]")
+                  _cell(s["id"], n), _cell(s.get("auto"), n), _cell(s.get("apply_id"), n),
+                  _pg_ivm_cell(q, n), _x(s["speedup"]), _x(s.get("tuple_over_id"), 2),
+                  _x(s.get("auto_over_best"), 2), _x(s.get("pg_ivm_over_apply_id"), 2),
+                  f"[{color}]{s['verified']}[/{color}]")
     c.print(t)
     ivm = result.get("pg_ivm") or {}
     if ivm.get("unavailable"):
@@ -1115,7 +1124,7 @@ def print_explained(c: Console, result: dict[str, Any], k: int = 3) -> None:
 
 
 PLOTTED = (("recompute", "recompute"), ("refresh", "REFRESH MATERIALIZED VIEW"),
-           ("tuple", "tuple maintain"), ("id", "id maintain"),
+           ("tuple", "tuple maintain"), ("id", "id maintain"), ("auto", "auto maintain"),
            ("apply_id", "apply + id maintain"), ("pg_ivm", "pg_ivm (apply with maintenance)"))
 
 

@@ -41,7 +41,7 @@ from idivm.postgres.changelog import (
     HAS_PRE,
     XID,
     dollar_quote,
-    fold_select,
+    fold_by_key,
     lit,
     log_ref,
     pending_predicate,
@@ -717,7 +717,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     delta: list[str] = []
     for t in base:
         r = rels[names[change_table(t)]]
-        fold = fold_select(tables[t], log_ref(schema, t), pending_predicate(prev),
+        fold = fold_by_key(tables[t], log_ref(schema, t), pending_predicate(prev),
                            server_types=column_types[t])
         ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
         delta.append(

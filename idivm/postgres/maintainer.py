@@ -517,8 +517,9 @@ class PostgresMaintainer:
         try:
             rows = self.conn.execute(
                 f"SELECT name, strategy, tables FROM {qq(self.companion, REGISTRY)}").fetchall()
-        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-            return {}
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName,
+                psycopg.errors.UndefinedColumn):  # (no companion, or an older idivm's: the
+            return {}                                 # maintain that follows says which)
         return {str(n): (str(s), tuple(ts)) for n, s, ts in rows}
 
     def _decisions(self, order: Sequence[str], info: Mapping[str, tuple[str, tuple[str, ...]]],

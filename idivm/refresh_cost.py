@@ -34,12 +34,14 @@ DEFAULT_FIXED = 1.0  # seconds: a Spark refresh's floor, measured at 0.4–1 s (
 DEFAULT_PER_CHANGE = 1.5e-4  # seconds per change-feed row (V′ under a 1% batch at 5M links)
 # engine: (floor, per change) before anything is measured; the driver (DuckDB) figures are
 # the 1M-link benchmark's (0.3–0.45 s for 200 changes, ~25 µs per change up to 10k changes)
-# PostgreSQL's (the compiled function): ~1.4 ms with nothing pending, 4–5 ms for one change,
-# 25–85 ms for 200 and 0.6–1.8 s for 20,000 changes (`idivm bench pg`, 500k–2M links)
+# PostgreSQL's (the compiled function): ~1.4 ms with nothing pending, 4–5 ms for one change;
+# TPC-H SF 0.1 batches of 1,400–1,900 log rows take 10–40 ms warm (`idivm bench tpch`), 7–20 µs
+# a change; `idivm bench pg`'s 20,000 price updates 0.6–1.8 s (30–90 µs, V′'s wide joins)
 ENGINE_DEFAULTS = {"spark": (DEFAULT_FIXED, DEFAULT_PER_CHANGE), "driver": (0.3, 3e-5),
-                   "postgres": (0.005, 5e-5)}
+                   "postgres": (0.005, 2e-5)}
 KEEP = 8  # maintenance samples kept per view
 CALIBRATE = 0.4  # maintain estimate / create-time recompute above which a recompute is timed
+EXPLORE = 4.0  # an unmeasured maintenance estimated within this factor of recompute runs once
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,13 @@ def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
                         "recomputation was only timed by create_view)", m_est, r_est)
     if m_est <= r_est:
         return Decision("id", how, m_est, r_est)
+    if m_est < EXPLORE * r_est and not any(
+            x[2] == engine and x[0] >= changes // 4 for x in history.maintain):
+        # the estimate rests on the engine's defaults (no maintenance measured at this size):
+        # within reach of recomputing, maintaining once measures it (a recomputation never
+        # would, and the next decision learns the rate)
+        return Decision("id", how + "; maintaining once to measure it (no maintenance of "
+                        "this view measured at this size yet)", m_est, r_est)
     return Decision("recompute", how, m_est, r_est)
 
 

@@ -104,11 +104,16 @@ def test_postgres_defaults_before_anything_is_measured() -> None:
     spark_only = History().with_maintain(10_000, 30.0).with_maintain(5_000, 20.0, "driver")
     assert maintain_model(spark_only.maintain, 10_000, "postgres") == (fixed, per)
     h = spark_only.with_recompute(0.2, 1_000_000)
-    # 200 changes ≈ 15 ms: maintain; 10,000 ≈ 0.5 s: recompute (measured at 0.2 s)
+    # 200 changes ≈ 9 ms: maintain; 40,000 ≈ 0.8 s: recompute (measured at 0.2 s); 10,000 ≈
+    # 0.2 s, unmeasured and within reach: maintained once to measure it
     small = decide("auto", 200, 1_000_000, h, "postgres")
     assert small.choice == "id" and small.maintain_estimate == pytest.approx(fixed + 200 * per)
     assert "on postgres" in small.reason and "ms" in small.reason
-    assert decide("auto", 10_000, 1_000_000, h, "postgres").choice == "recompute"
+    assert decide("auto", 40_000, 1_000_000, h, "postgres").choice == "recompute"
+    explore = decide("auto", 10_000, 1_000_000, h, "postgres")
+    assert explore.choice == "id" and "maintaining once to measure it" in explore.reason
+    measured = h.with_maintain(10_000, 0.5, "postgres")
+    assert decide("auto", 10_000, 1_000_000, measured, "postgres").choice == "recompute"
     assert decide("id", 10**9, 10, h, "postgres").choice == "id"
     assert decide("recompute", 1, 10, h, "postgres").choice == "recompute"
 

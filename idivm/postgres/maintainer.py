@@ -128,6 +128,7 @@ class PostgresMaintainer:
         self.schema = schema
         self.companion = changelog.companion_schema(schema)
         self._plans: dict[str, Plan] = {}
+        self._histories = False  # the companion was seen with its refresh history
 
     # -- helpers ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -557,8 +558,10 @@ class PostgresMaintainer:
         its changes, filled): the log rows pending for it, and for a view read by it as a
         table the changes estimated for that view (its refresh in the same transaction logs
         at most about as many)."""
-        if not self._has(HISTORY) or not self._has_function("relation_rows"):
-            self._recompile_stale(None)  # a companion from before refresh histories
+        if not self._histories:
+            if not self._has(HISTORY) or not self._has_function("relation_rows"):
+                self._recompile_stale(None)  # a companion from before refresh histories
+            self._histories = True
         if view not in estimates:
             self._estimate_changes(view, info, estimates)
         n = estimates[view]
@@ -573,9 +576,8 @@ class PostgresMaintainer:
     def _estimate_changes(self, view: str, info: Mapping[str, tuple[str, tuple[str, ...]]],
                           estimates: dict[str, int]) -> None:
         """The changes estimated for ``view`` (as ``_decide`` counts them) into ``estimates``."""
-        n = 0
+        n = self._pending_all(info[view][1], view)
         for t in info[view][1]:
-            n += self._pending(t, view)
             if t in info:
                 if t not in estimates:
                     self._estimate_changes(t, info, estimates)
@@ -840,6 +842,30 @@ class PostgresMaintainer:
                             "pending_log_rows": pending, "watermarks": marks,
                             "last_refresh": last_runs.get(vname), "efficiency": eff})
         return out
+
+    def _pending_all(self, tables: Sequence[str], view: str) -> int:
+        """Logged changes of ``tables`` that ``view`` has not consumed yet, in one query (the
+        refresh decision's: a round trip per table cost more than a small refresh)."""
+        if not tables:
+            return 0
+        reg = exp.table_(exp.to_identifier("log_users", quoted=True),
+                         db=exp.to_identifier(self.companion, quoted=True), alias="u")
+        parts = []
+        for t in tables:
+            count = exp.select(exp.Count(this=exp.Star())).from_(
+                changelog.log_ref(self.schema, t)).where(
+                changelog.pending_predicate(exp.column("watermark", table="u")))
+            parts.append(exp.select(exp.alias_(exp.Subquery(this=count), "n")).from_(
+                reg.copy()).where(exp.and_(
+                    exp.EQ(this=exp.column("view", table="u"), expression=exp.Literal.string(view)),
+                    exp.EQ(this=exp.column("tbl", table="u"), expression=exp.Literal.string(t)))))
+        union: exp.Expr = parts[0]
+        for q_ in parts[1:]:
+            union = exp.union(union, q_, distinct=False)
+        row = self.conn.execute(exp.select("coalesce(sum(n), 0)").from_(
+            exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("p"))))
+            .sql("postgres")).fetchone()
+        return int(row[0]) if row else 0
 
     def _pending(self, table: str, view: str) -> int:
         """Logged changes of ``table`` that ``view`` has not consumed yet."""

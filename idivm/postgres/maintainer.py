@@ -129,6 +129,7 @@ class PostgresMaintainer:
         self.companion = changelog.companion_schema(schema)
         self._plans: dict[str, Plan] = {}
         self._histories = False  # the companion was seen with its refresh history
+        self._pending_sql: dict[tuple[str, tuple[str, ...]], str] = {}  # rendered once
 
     # -- helpers ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -848,6 +849,13 @@ class PostgresMaintainer:
         refresh decision's: a round trip per table cost more than a small refresh)."""
         if not tables:
             return 0
+        key = (view, tuple(tables))
+        if key not in self._pending_sql:
+            self._pending_sql[key] = self._pending_query(view, tables)
+        row = self.conn.execute(self._pending_sql[key]).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def _pending_query(self, view: str, tables: Sequence[str]) -> str:
         reg = exp.table_(exp.to_identifier("log_users", quoted=True),
                          db=exp.to_identifier(self.companion, quoted=True), alias="u")
         parts = []
@@ -862,10 +870,9 @@ class PostgresMaintainer:
         union: exp.Expr = parts[0]
         for q_ in parts[1:]:
             union = exp.union(union, q_, distinct=False)
-        row = self.conn.execute(exp.select("coalesce(sum(n), 0)").from_(
-            exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("p"))))
-            .sql("postgres")).fetchone()
-        return int(row[0]) if row else 0
+        return exp.select("coalesce(sum(n), 0)").from_(
+            exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("p")))
+        ).sql("postgres")
 
     def _pending(self, table: str, view: str) -> int:
         """Logged changes of ``table`` that ``view`` has not consumed yet."""

@@ -153,6 +153,45 @@ def choose_engine(changes: int, history: History, threshold: int, ceiling: int
                       "job)")
 
 
+@dataclass(frozen=True)
+class _Verdict:
+    """``decide``'s choice for an ``auto`` refresh and what it rests on (no text: the
+    threshold evaluates it at many sizes)."""
+
+    choice: Choice
+    rule: Literal["unmeasured", "calibrate", "cheaper", "explore", "dearer"]
+    fixed: float
+    per: float
+    maintain: float
+    recompute: float | None
+
+
+def _verdict(changes: int, base_rows: int | None, history: History, engine: str) -> _Verdict:
+    fixed, per = maintain_model(history.maintain, changes, engine)
+    m_est = fixed + per * changes
+    if history.recompute_seconds is None:
+        return _Verdict("id", "unmeasured", fixed, per, m_est, None)
+    r_est = history.recompute_seconds
+    if base_rows and history.recompute_rows:
+        r_est *= base_rows / history.recompute_rows
+    if history.recompute_at_create and history.maintain and m_est >= CALIBRATE * r_est \
+            and engine != "postgres":
+        # create_view's timing on Spark includes a cold start (measured up to 3× a later
+        # refresh's): when maintenance is within reach of it, one recomputation calibrates the
+        # estimate. (On PostgreSQL create_view times the materialization a recomputation
+        # runs again — every stored relation — so it is the measurement.)
+        return _Verdict("recompute", "calibrate", fixed, per, m_est, r_est)
+    if m_est <= r_est:
+        return _Verdict("id", "cheaper", fixed, per, m_est, r_est)
+    if m_est < EXPLORE * r_est and not any(
+            x[2] == engine and x[0] >= changes // 4 for x in history.maintain):
+        # the estimate rests on the engine's defaults (no maintenance measured at this size):
+        # within reach of recomputing, maintaining once measures it (a recomputation never
+        # would, and the next decision learns the rate)
+        return _Verdict("id", "explore", fixed, per, m_est, r_est)
+    return _Verdict("recompute", "dearer", fixed, per, m_est, r_est)
+
+
 def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
            history: History, engine: str = "spark") -> Decision:
     """The refresh to run for ``changes`` change-feed rows over tables of ``base_rows`` rows,
@@ -161,35 +200,78 @@ def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
         return Decision("id", f"strategy={strategy!r} forces maintenance")
     if strategy == "recompute":
         return Decision("recompute", "strategy='recompute' forces recomputation")
-    fixed, per = maintain_model(history.maintain, changes, engine)
-    m_est = fixed + per * changes
-    if history.recompute_seconds is None:
-        return Decision("id", "no recomputation measured yet: maintain", m_est, None)
-    r_est = history.recompute_seconds
-    if base_rows and history.recompute_rows:
-        r_est *= base_rows / history.recompute_rows
-    how = (f"maintain ≈ {_secs(m_est)} on {engine} ({_secs(fixed)} + {changes:,} changes × "
-           f"{per * 1e6:.0f} µs) vs recompute ≈ {_secs(r_est)} (measured "
-           f"{_secs(history.recompute_seconds)} over {_rows(history.recompute_rows)} rows, "
-           f"now {_rows(base_rows)})")
-    if history.recompute_at_create and history.maintain and m_est >= CALIBRATE * r_est \
-            and engine != "postgres":
-        # create_view's timing on Spark includes a cold start (measured up to 3× a later
-        # refresh's): when maintenance is within reach of it, one recomputation calibrates the
-        # estimate. (On PostgreSQL create_view times the materialization a recomputation
-        # runs again — every stored relation — so it is the measurement.)
-        return Decision("recompute", how + "; recomputing once to time a refresh (the "
-                        "recomputation was only timed by create_view)", m_est, r_est)
-    if m_est <= r_est:
-        return Decision("id", how, m_est, r_est)
-    if m_est < EXPLORE * r_est and not any(
-            x[2] == engine and x[0] >= changes // 4 for x in history.maintain):
-        # the estimate rests on the engine's defaults (no maintenance measured at this size):
-        # within reach of recomputing, maintaining once measures it (a recomputation never
-        # would, and the next decision learns the rate)
-        return Decision("id", how + "; maintaining once to measure it (no maintenance of "
-                        "this view measured at this size yet)", m_est, r_est)
-    return Decision("recompute", how, m_est, r_est)
+    v = _verdict(changes, base_rows, history, engine)
+    if v.recompute is None:
+        return Decision("id", "no recomputation measured yet: maintain", v.maintain, None)
+    how = (f"maintain ≈ {_secs(v.maintain)} on {engine} ({_secs(v.fixed)} + {changes:,} "
+           f"changes × {v.per * 1e6:.0f} µs) vs recompute ≈ {_secs(v.recompute)} (measured "
+           f"{_secs(history.recompute_seconds or 0.0)} over {_rows(history.recompute_rows)} "
+           f"rows, now {_rows(base_rows)})")
+    if v.rule == "calibrate":
+        how += ("; recomputing once to time a refresh (the recomputation was only timed by "
+                "create_view)")
+    elif v.rule == "explore":
+        how += ("; maintaining once to measure it (no maintenance of this view measured at "
+                "this size yet)")
+    return Decision(v.choice, how, v.maintain, v.recompute)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """``decide`` resolved ahead of the count of changes: maintain a batch of up to
+    ``max_changes`` change-feed rows (every batch when None), recompute a larger one. A
+    backend that counts its pending changes only where it refreshes (PostgreSQL's compiled
+    function) applies it there, with no round trip for the count."""
+
+    max_changes: int | None
+    reason_id: str  # why maintaining, at the largest batch maintained
+    reason_recompute: str  # why recomputing, at the smallest batch recomputed
+
+    def choice(self, changes: int) -> Choice:
+        return "id" if self.max_changes is None or changes <= self.max_changes else "recompute"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"choice": "auto", "max_changes": self.max_changes,
+                "reason_id": self.reason_id, "reason_recompute": self.reason_recompute}
+
+
+LARGEST_BATCH = 1 << 48  # change-feed rows: beyond any batch a refresh consumes
+
+
+def threshold(base_rows: int | None, history: History, engine: str = "postgres") -> Threshold:
+    """``decide("auto", n, …)`` for every batch size n at once: the first n it recomputes
+    (maintaining any smaller batch) becomes ``max_changes + 1``. Between consecutive sizes
+    ``4 (s + 1)`` of the measured maintenances s, the model's inputs (the per-change rate, the
+    batches measured at a comparable size) are fixed and its maintenance estimate grows with
+    n, so ``decide`` turns from id to recompute at most once there: each such interval is
+    checked at its ends and bisected where it turns. (Where ``decide`` would maintain a
+    batch larger than one it recomputes — exploring a size never measured although a smaller
+    one already costs more than recomputing — the threshold recomputes: the larger costs
+    more still.)"""
+    def choice(n: int) -> Choice:
+        return _verdict(n, base_rows, history, engine).choice
+
+    points = sorted({1, LARGEST_BATCH, *[4 * (x[0] + 1) for x in history.maintain
+                                         if x[2] == engine and 4 * (x[0] + 1) < LARGEST_BATCH]})
+    first: int | None = None
+    for lo, hi in zip(points, points[1:], strict=False):
+        if choice(lo) == "recompute":
+            first = lo
+            break
+        if choice(hi - 1) == "id":
+            continue
+        a, b = lo, hi - 1  # maintained at a, recomputed at b
+        while b - a > 1:
+            mid = (a + b) // 2
+            a, b = (mid, b) if choice(mid) == "id" else (a, mid)
+        first = b
+        break
+    if first is None:
+        last = decide("auto", LARGEST_BATCH - 1, base_rows, history, engine)
+        return Threshold(None, last.reason, "")
+    kept = decide("auto", first - 1, base_rows, history, engine).reason if first > 1 else ""
+    return Threshold(first - 1, kept,
+                     decide("auto", first, base_rows, history, engine).reason)
 
 
 def planned(strategy: RefreshStrategy) -> Strategy:

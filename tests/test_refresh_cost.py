@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from idivm.errors import IdivmError
 from idivm.refresh_cost import (
@@ -14,6 +16,7 @@ from idivm.refresh_cost import (
     decide,
     maintain_model,
     planned,
+    threshold,
 )
 
 
@@ -155,3 +158,40 @@ def test_planned_strategy() -> None:
     assert [planned(s) for s in ("id", "tuple", "recompute")] == ["id", "tuple", "recompute"]
     with pytest.raises(IdivmError, match="strategy must be auto, id, tuple or recompute"):
         planned("fast")  # type: ignore[arg-type]
+
+
+samples = st.lists(st.tuples(st.sampled_from([1, 10, 300, 1000, 4000, 20000, 150000]),
+                             st.floats(0.001, 3.0)), max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(recompute=st.floats(0.001, 2.0), rows=st.sampled_from([None, 1000, 50000]),
+       now=st.sampled_from([None, 1000, 80000]), runs=samples,
+       probes=st.lists(st.integers(1, 10**7), min_size=20, max_size=20))
+def test_threshold_is_decide_for_every_batch_size(recompute: float, rows: int | None,
+                                                   now: int | None,
+                                                   runs: list[tuple[int, float]],
+                                                   probes: list[int]) -> None:
+    """The threshold the compiled function applies chooses as ``decide`` does at every batch
+    size — except above a size ``decide`` already recomputes, where ``decide`` may still
+    explore (maintain once to measure) and the threshold recomputes."""
+    h = History().with_recompute(recompute, rows)
+    for n, s in runs:
+        h = h.with_maintain(n, s, "postgres")
+    t = threshold(now, h, "postgres")
+    if t.max_changes is not None:
+        assert decide("auto", t.max_changes + 1, now, h, "postgres").choice == "recompute"
+        assert all(decide("auto", n, now, h, "postgres").choice == "id"
+                   for n in range(1, min(t.max_changes, 2000) + 1))
+    for n in probes:
+        want = decide("auto", n, now, h, "postgres").choice
+        if t.max_changes is None or n <= t.max_changes:
+            assert want == "id" and t.choice(n) == "id"
+        else:
+            assert t.choice(n) == "recompute"
+
+
+def test_threshold_without_a_measured_recomputation_maintains_everything() -> None:
+    t = threshold(1000, History().with_maintain(500, 0.01, "postgres"))
+    assert t.max_changes is None and t.choice(10**9) == "id"
+    assert t.as_dict()["choice"] == "auto" and t.as_dict()["max_changes"] is None

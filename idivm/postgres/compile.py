@@ -50,7 +50,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 6  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 7  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
@@ -60,6 +60,8 @@ NO_VIEW = "IV003"
 STALE_CODE = "IV004"
 NOT_REPEATABLE_READ = "IV005"
 BAD_CHOICE = "IV006"
+STALE_DECISION = "IV007"  # an auto decision made from an older refresh history
+SCRATCH_TRUNCATE_BYTES = 8 << 20  # a scratch relation grown past this is truncated after a run
 
 HISTORY = "refresh_history"  # the companion's table of refreshes (``history_source``)
 HISTORY_ROWS = 100  # refreshes kept per view (and its newest recomputation, however old)
@@ -530,13 +532,46 @@ def _decision_block(name: str, refresh: str, planned: str) -> str:
         f"idivm__reason := CASE jsonb_typeof({arg}) WHEN 'object' THEN {arg} ->> 'reason' END;",
         f"IF idivm__choice IS NULL THEN\n  idivm__choice := {lit(default)};\n"
         f"  idivm__reason := coalesce(idivm__reason, {lit(why)});\n"
-        "ELSIF idivm__choice NOT IN ('id', 'recompute') THEN\n"
-        "  RAISE EXCEPTION 'idivm: the refresh of view % can be id or recompute, not %', "
+        "ELSIF idivm__choice NOT IN ('id', 'recompute') AND NOT (idivm__choice = 'auto' AND "
+        f"{arg} ? 'max_changes') THEN\n"
+        "  RAISE EXCEPTION 'idivm: the refresh of view % can be id or recompute, not % (auto "
+        "comes from idivm''s maintainer, with the cost model''s threshold)', "
         f"{lit(name)}, idivm__choice USING ERRCODE = '{BAD_CHOICE}';\nEND IF;",
         "idivm__reason := coalesce(idivm__reason, 'asked for: ' || idivm__choice);"]
     if planned == "recompute":  # (its Δ-script is the recomputation)
         lines.append("idivm__choice := 'recompute';")
     return "\n".join(lines)
+
+
+def _auto_block(name: str, companion: str) -> str:
+    """An ``auto`` decision (``refresh_cost.threshold``: ``{"choice": "auto", "max_changes":
+    N | null, "reason_id", "reason_recompute", "history_id"}``) applied to the log rows just
+    counted: the Δ-script for at most N, the recomputation above — the cost model's choice
+    with no round trip for the count. It was made from the view's refresh history up to row
+    ``history_id``: a newer row (another session's refresh, a row written by hand) refuses it
+    before anything runs (``STALE_DECISION``: the maintainer decides again)."""
+    arg = DECISION_ARG
+    hist = f"{q(companion)}.{q(HISTORY)}"
+    limit = f"({arg} ->> 'max_changes')::bigint"
+    return f"""IF idivm__choice = 'auto' AND idivm__logrows = 0 THEN
+  idivm__choice := 'id';
+  idivm__reason := 'no changes pending: nothing to refresh';
+ELSIF idivm__choice = 'auto' THEN
+  IF {arg} ? 'history_id' AND (SELECT max(h.id) FROM {hist} AS h WHERE h.view = {lit(name)})
+      IS DISTINCT FROM ({arg} ->> 'history_id')::bigint THEN
+    RAISE EXCEPTION 'idivm: the refresh history of view % changed since its refresh was decided',
+      {lit(name)} USING ERRCODE = '{STALE_DECISION}';
+  END IF;
+  IF {limit} IS NULL OR idivm__logrows <= {limit} THEN
+    idivm__choice := 'id';
+    idivm__reason := format('%s change-log rows, maintained up to %s: %s', idivm__logrows,
+      coalesce({limit}::text, 'any number'), {arg} ->> 'reason_id');
+  ELSE
+    idivm__choice := 'recompute';
+    idivm__reason := format('%s change-log rows, more than the %s maintained: %s',
+      idivm__logrows, {limit}, {arg} ->> 'reason_recompute');
+  END IF;
+END IF;"""
 
 
 def _row_text(alias: str, columns: Sequence[str]) -> str:
@@ -546,23 +581,32 @@ def _row_text(alias: str, columns: Sequence[str]) -> str:
     return f"ROW({', '.join(f'{q(alias)}.{q(c)}' for c in columns)})::text"
 
 
+def _recomputed(tag: str, k: int) -> str:
+    """The scratch relation the recomputing branch fills with stored relation ``k``'s rows."""
+    return f"__iv{tag}_r{k}"
+
+
 def _recompute_block(plan: Plan, companion: str, tag: str) -> str:
     """The recomputing branch: every stored relation (caches bottom-up, then the view) is
     computed anew from its query over the base tables (and the caches below it, recomputed
-    first), into a temporary table, then brought to it by deleting the rows the recomputation
-    lacks and inserting the rows the relation lacks — so only rows that changed are written,
-    and the logging triggers of a view read by other views log exactly its net changes (an
-    update as the deletion of the old row and the insertion of the new: the fold nets them).
-    Runs only if log rows are pending; the caller moves the watermark as the Δ-script's
-    branch does."""
+    first), into its scratch relation (``_recomputed``: created with the code, like the
+    Δ-script's — no temporary table created, committed and planned again per run), then
+    brought to it by deleting the rows the recomputation lacks and inserting the rows the
+    relation lacks — so only rows that changed are written, and the logging triggers of a
+    view read by other views log exactly its net changes (an update as the deletion of the
+    old row and the insertion of the new: the fold nets them). Runs only if log rows are
+    pending; the caller moves the watermark as the Δ-script's branch does."""
     lines = []
     for k, (m, query) in enumerate(plan.materialize_queries()):
-        tmp = q(f"__iv{tag}_r{k}")
+        r = Relation(_recomputed(tag, k), f"recompute {m.name}", "idivm__n")
+        tmp = q(r.name)
         target = f"{q(companion)}.{q(m.name)}"
         cols = ", ".join(q(c) for c in m.columns)
         new, old = "__new", "__old"
         lines.append(f"""idivm__ts := clock_timestamp();
-CREATE TEMP TABLE {tmp} ON COMMIT DROP AS {query.sql('postgres')};
+INSERT INTO {tmp} ({cols}) {query.sql('postgres')};
+GET DIAGNOSTICS idivm__n = ROW_COUNT;
+{_analyze(r)}
 DELETE FROM {target} AS {q(old)} WHERE NOT EXISTS (SELECT FROM {tmp} AS {q(new)}
   WHERE {_row_text(new, m.columns)} = {_row_text(old, m.columns)});
 GET DIAGNOSTICS idivm__n = ROW_COUNT;
@@ -574,7 +618,8 @@ INSERT INTO {target} ({cols}) SELECT {cols} FROM {tmp} AS {q(new)}
 GET DIAGNOSTICS idivm__n = ROW_COUNT;
 idivm__applied := idivm__applied || jsonb_build_object({lit(f'insert recomputed→{m.name}')}, \
 idivm__n);
-DROP TABLE {tmp};
+DELETE FROM {tmp};
+IF pg_relation_size({lit(tmp)}) > {SCRATCH_TRUNCATE_BYTES} THEN TRUNCATE {tmp}; END IF;
 idivm__secs := idivm__secs || jsonb_build_array(jsonb_build_array(\
 {lit(f'recompute {m.name}')}, extract(epoch FROM clock_timestamp() - idivm__ts)));""")
     return "IF idivm__logrows > 0 THEN\n" + _indent("\n".join(lines), 2) + "\nEND IF;"
@@ -589,9 +634,10 @@ def _history_block(name: str, companion: str, ran: str, relations: Sequence[str]
     hist = f"{comp}.{q(HISTORY)}"
     rels = f"ARRAY[{', '.join(lit(r) for r in relations)}]::text[]"
     return f"""IF idivm__logrows > 0 THEN
+  idivm__base := {comp}.relation_rows({rels});
   INSERT INTO {hist} (view, strategy, changes, seconds, base_rows, reason)
   VALUES ({lit(name)}, {ran}, idivm__logrows, extract(epoch FROM clock_timestamp() - idivm__t0),
-          {comp}.relation_rows({rels}), idivm__reason);
+          idivm__base, idivm__reason) RETURNING id INTO idivm__hid;
   DELETE FROM {hist} AS h WHERE h.view = {lit(name)}
     AND h.id <= (SELECT k.id FROM {hist} AS k WHERE k.view = {lit(name)}
                  ORDER BY k.id DESC OFFSET {HISTORY_ROWS} LIMIT 1)
@@ -651,13 +697,14 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             return comparable(e, types)
 
     decl = [f"{PREV} pg_snapshot;", "idivm__t0 timestamptz := clock_timestamp();",
-            "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__fp text;", "idivm__k bigint[];",
+            "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__bad text;",
+            "idivm__altered boolean;", "idivm__k bigint[];",
             "idivm__sql text;",
             "idivm__total bigint := 0;", "idivm__folded boolean := false;",
             "idivm__changes jsonb := '{}';", "idivm__rows jsonb := '{}';",
             "idivm__applied jsonb := '{}';", "idivm__secs jsonb := '[]';",
             "idivm__choice text;", "idivm__reason text;", "idivm__logrows bigint := 0;",
-            "idivm__log jsonb := '{}';"]
+            "idivm__log jsonb := '{}';", "idivm__hid bigint;", "idivm__base bigint;"]
     decl += [f"{r.counter} bigint := 0;" for r in rels.values()]
     logged = {t: f"idivm__l{i}" for i, t in enumerate(base)}  # pending log rows per table
     decl += [f"{v} bigint := 0;" for v in logged.values()]
@@ -673,25 +720,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         f"    USING ERRCODE = '{NOT_REPEATABLE_READ}';\nEND IF;")
     body.append(_decision_block(name, refresh, plan.strategy))
     # the base tables must still be what the view was planned over
-    for t in base:
-        cols = ", ".join(lit(c) for c in tables[t].column_names)
-        rel = lit(".".join(q(x) for x in (sources or {}).get(t, (schema, t))))
-        body.append(
-            f"idivm__fp := {q(companion)}.table_fingerprint({rel}, "
-            f"ARRAY[{cols}]::text[]);\n"
-            f"IF idivm__fp IS DISTINCT FROM {lit(fingerprints[t])} THEN\n"
-            f"  RAISE EXCEPTION 'idivm: table %.% was altered, dropped or re-created, or its "
-            f"change logging was disabled, since view % was created: it can no longer be "
-            f"maintained incrementally', {lit(schema)}, {lit(t)}, {lit(name)}\n"
-            f"    USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
-            f"create it again, which recomputes it';\nEND IF;\n"
-            f"IF NOT {q(companion)}.table_has_key({rel}, "
-            f"ARRAY[{', '.join(lit(k) for k in tables[t].primary_key)}]::text[]) THEN\n"
-            f"  RAISE EXCEPTION 'idivm: table %.% has lost its primary key (or a unique index "
-            f"over the same columns) since view % was created: it can no longer be maintained "
-            f"incrementally', {lit(schema)}, {lit(t)}, {lit(name)}\n"
-            f"    USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
-            f"create it again, which recomputes it';\nEND IF;")
+    if base:
+        body.append(_catalog_check(name, schema, base, tables, fingerprints, sources or {}))
     if base:  # (a view over no table — SELECT 1 WHERE … — never changes)
         body.append(f"SELECT watermark INTO {PREV} FROM {q(companion)}.log_users "
                     f"WHERE view = {lit(name)} AND tbl = {lit(base[0])};")
@@ -788,6 +818,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     # emptied table would make every run re-ANALYZE and re-plan); emptied by the run that
     # filled them (a TRUNCATE gives the table a new file, invalidating the cached plans)
     create_temps = []
+    recomputed: list[str] = []
     unlogged = (f"CREATE UNLOGGED TABLE {q(companion)}.{{}} WITH (autovacuum_enabled = false, "
                 "toast.autovacuum_enabled = false)")
     for t in base:
@@ -809,15 +840,23 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 query.set("with_", w)
             create_temps.append(f"{unlogged.format(q(s.name))} AS "
                                 f"{fix(query).sql('postgres')} WITH NO DATA;")
+    if recomputes:  # the recomputing branch's: the stored relations' shapes
+        for k, (m, _) in enumerate(plan.materialize_queries()):
+            stored = f"{q(companion)}.{q(m.name)}"
+            create_temps.append(
+                f"{unlogged.format(q(_recomputed(tag, k)))} AS SELECT "
+                f"{', '.join(q(c) for c in m.columns)} FROM {stored} WITH NO DATA;")
+            recomputed.append(_recomputed(tag, k))
     if base:  # (a view over no table has no change table, nothing to fold or apply)
         first = rels[names[change_table(base[0])]].name
         # analyzed empty: never-analyzed tables are planned as 10 pages (~850 rows), which
         # turns the probes of an empty i-diff into whole scans of the stored relations
-        every = ", ".join(f"{q(companion)}.{q(r.name)}" for r in rels.values())
+        every = ", ".join(f"{q(companion)}.{q(r)}" for r in [*(x.name for x in rels.values()),
+                                                                  *recomputed])
         create_temps.append(f"ANALYZE {every};")
         # after the isolation and fingerprint checks: a scratch relation dropped by hand
         # makes the code stale (the maintainer recompiles it, which creates them again)
-        body.insert(2 + len(base), f"IF to_regclass({lit(q(first))}) IS NULL THEN\n"
+        body.insert(3, f"IF to_regclass({lit(q(first))}) IS NULL THEN\n"
                     f"  RAISE EXCEPTION 'idivm: the scratch relations of view % are missing', "
                     f"{lit(name)} USING ERRCODE = '{STALE_CODE}';\nEND IF;")
 
@@ -825,10 +864,11 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     # and a table grown past 8 MB by a large batch is truncated
     empty = "\n".join(
         f"IF {r.counter} > 0 THEN\n  DELETE FROM {q(r.name)};\n"
-        f"  IF pg_relation_size({lit(q(r.name))}) > 8388608 THEN "
+        f"  IF pg_relation_size({lit(q(r.name))}) > {SCRATCH_TRUNCATE_BYTES} THEN "
         f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values())
     script.append(empty)
     delta.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
+    body.append(_auto_block(name, companion))
     if recomputes:
         body.append("IF idivm__choice = 'recompute' THEN\n"
                     + _indent(_recompute_block(plan, companion, tag), 2) + "\nELSE\n"
@@ -852,6 +892,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 "'decision', (CASE jsonb_typeof(idivm__decision) WHEN 'object' THEN "
                 "idivm__decision ELSE '{}' END) || jsonb_build_object('choice', idivm__choice, "
                 "'reason', idivm__reason), "
+                "'history_id', idivm__hid, 'base_rows', idivm__base, "
                 "'seconds', extract(epoch FROM clock_timestamp() - idivm__t0));")
 
     src = ("DECLARE\n" + _indent("\n".join(decl), 2) + "\nBEGIN\n"
@@ -894,42 +935,86 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
 # --------------------------------------------------------------------------- fixed runtime
 
 
-def fingerprint_source(companion: str) -> str:
-    """The companion schema's catalog fingerprint of a table and its key check (what
-    maintenance checks)."""
-    comp = q(companion)
-    fingerprint = f"""CREATE OR REPLACE FUNCTION {comp}.table_fingerprint(rel text, cols text[])
-RETURNS text LANGUAGE sql STABLE AS $idivm$
-  SELECT coalesce(to_regclass(rel)::oid::text, 'missing') || ':' ||
+def _catalog_check(name: str, schema: str, base: Sequence[str], tables: Mapping[str, Table],
+                   fingerprints: Mapping[str, str],
+                   sources: Mapping[str, tuple[str, str]]) -> str:
+    """One statement checking every base table against its fingerprint at creation and for
+    its key (the first table, in name order, that fails is named)."""
+    rows = []
+    for i, t in enumerate(base):
+        rel = lit(".".join(q(x) for x in sources.get(t, (schema, t))))
+        cols = ", ".join(lit(c) for c in tables[t].column_names)
+        keys = ", ".join(lit(k) for k in tables[t].primary_key)
+        rows.append(f"({i}, {lit(t)}, {rel}, ARRAY[{cols}]::text[], {lit(fingerprints[t])}, "
+                    f"ARRAY[{keys}]::text[])")
+    hint = (f"USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
+            "create it again, which recomputes it';")
+    return (
+        "SELECT c.tbl, c.fp IS DISTINCT FROM c.want INTO idivm__bad, idivm__altered FROM (\n"
+        "  SELECT v.ord, v.tbl, v.want, "
+        f"{fingerprint_sql('v.rel', 'v.cols')} AS fp,\n"
+        f"    {has_key_sql('v.rel', 'v.keys')} AS has_key\n"
+        f"  FROM (VALUES {', '.join(rows)}) AS v(ord, tbl, rel, cols, want, keys)) AS c\n"
+        "WHERE c.fp IS DISTINCT FROM c.want OR NOT c.has_key ORDER BY c.ord LIMIT 1;\n"
+        "IF idivm__altered THEN\n"
+        "  RAISE EXCEPTION 'idivm: table %.% was altered, dropped or re-created, or its "
+        "change logging was disabled, since view % was created: it can no longer be "
+        f"maintained incrementally', {lit(schema)}, idivm__bad, {lit(name)}\n    {hint}\n"
+        "ELSIF idivm__bad IS NOT NULL THEN\n"
+        "  RAISE EXCEPTION 'idivm: table %.% has lost its primary key (or a unique index "
+        "over the same columns) since view % was created: it can no longer be maintained "
+        f"incrementally', {lit(schema)}, idivm__bad, {lit(name)}\n    {hint}\n"
+        "END IF;")
+
+
+def fingerprint_sql(rel: str, cols: str) -> str:
+    """A table's catalog fingerprint as an SQL expression over ``rel`` (text: the table's
+    qualified name) and ``cols`` (text[]: the columns a view reads): its oid, those columns'
+    names and types, its enabled logging triggers, its inheritance links. ``table_fingerprint``
+    computes it at create_view; the compiled maintenance compares it inline (one statement
+    for all its tables, planned once per session — a SQL function is planned at every call)."""
+    return f"""coalesce(to_regclass({rel})::oid::text, 'missing') || ':' ||
     coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', '
                                 ORDER BY a.attname)
               FROM pg_attribute a
-              WHERE a.attrelid = to_regclass(rel) AND a.attnum > 0 AND NOT a.attisdropped
-                AND a.attname = ANY (cols)), '') || ':' ||
+              WHERE a.attrelid = to_regclass({rel}) AND a.attnum > 0 AND NOT a.attisdropped
+                AND a.attname = ANY ({cols})), '') || ':' ||
     (SELECT count(*) FROM pg_trigger t
-     WHERE t.tgrelid = to_regclass(rel) AND t.tgenabled = 'A'
+     WHERE t.tgrelid = to_regclass({rel}) AND t.tgenabled = 'A'
        AND t.tgname IN ('idivm_log_insert', 'idivm_log_update', 'idivm_log_delete',
                         'idivm_log_truncate'))::text || ':' ||
     -- an inheritance child or parent, or a partition, gained since (changelog.install
     -- refuses them at create_view): their writes fire none of the table's triggers
     (SELECT count(*) FROM pg_inherits i
-     WHERE i.inhparent = to_regclass(rel) OR i.inhrelid = to_regclass(rel))::text
-$idivm$"""
-    # the key the log is folded by still unique: a primary key or a unique index over some of
-    # its columns, each NOT NULL (or the index NULLS NOT DISTINCT); a DEFERRABLE one too (the
-    # fold nets a key's row images over a transaction: duplicates that do not commit cancel)
-    has_key = f"""CREATE OR REPLACE FUNCTION {comp}.table_has_key(rel text, keys text[])
-RETURNS boolean LANGUAGE sql STABLE AS $idivm$
-  SELECT EXISTS (
+     WHERE i.inhparent = to_regclass({rel}) OR i.inhrelid = to_regclass({rel}))::text"""
+
+
+def has_key_sql(rel: str, keys: str) -> str:
+    """Whether the key the log is folded by is still unique, as an SQL expression over ``rel``
+    (text) and ``keys`` (text[]): a primary key or a unique index over some of its columns,
+    each NOT NULL (or the index NULLS NOT DISTINCT); a DEFERRABLE one too (the fold nets a
+    key's row images over a transaction: duplicates that do not commit cancel)."""
+    return f"""EXISTS (
     SELECT 1 FROM pg_index i
-     WHERE i.indrelid = to_regclass(rel) AND i.indisunique AND i.indisvalid
+     WHERE i.indrelid = to_regclass({rel}) AND i.indisunique AND i.indisvalid
        AND i.indpred IS NULL AND i.indexprs IS NULL
        AND NOT EXISTS (
          SELECT 1 FROM pg_attribute a
           WHERE a.attrelid = i.indrelid
             AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1])
-            AND NOT (a.attname = ANY (keys) AND (a.attnotnull OR i.indnullsnotdistinct))))
-$idivm$"""
+            AND NOT (a.attname = ANY ({keys}) AND (a.attnotnull OR i.indnullsnotdistinct))))"""
+
+
+def fingerprint_source(companion: str) -> str:
+    """The companion schema's catalog fingerprint of a table and its key check (what
+    maintenance checks)."""
+    comp = q(companion)
+    fingerprint = (f"CREATE OR REPLACE FUNCTION {comp}.table_fingerprint(rel text, cols text[])\n"
+                   f"RETURNS text LANGUAGE sql STABLE AS $idivm$\n  SELECT "
+                   f"{fingerprint_sql('rel', 'cols')}\n$idivm$")
+    has_key = (f"CREATE OR REPLACE FUNCTION {comp}.table_has_key(rel text, keys text[])\n"
+               f"RETURNS boolean LANGUAGE sql STABLE AS $idivm$\n  SELECT "
+               f"{has_key_sql('rel', 'keys')}\n$idivm$")
     # a view's watermark after its maintain: the snapshot it read in, in which this
     # transaction's own writes count as seen — views maintained in one transaction read the
     # changes their upstream views applied in it (their log rows carry this xid), and their

@@ -9,6 +9,7 @@ names resolve.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import time
@@ -34,6 +35,7 @@ from idivm.refresh_cost import (
     RefreshStrategy,
     decide,
     planned,
+    threshold,
 )
 from idivm.script import Apply
 
@@ -41,7 +43,10 @@ REGISTRY = "views"
 REWRITE_TRIGGER = "idivm_guard_rewrite"
 
 
+@functools.lru_cache(maxsize=4096)
 def q(name: str) -> str:
+    """One identifier quoted for PostgreSQL (by sqlglot; remembered: every maintain names
+    the companion's relations)."""
     return exp.to_identifier(name, quoted=True).sql("postgres")
 
 
@@ -50,6 +55,22 @@ def qq(schema: str, name: str) -> str:
 
 
 HISTORY = compile_.HISTORY
+
+
+STALE_RETRIES = 3  # auto decisions made again when another session's refresh outdated them
+
+
+class _StaleDecision(Exception):
+    """An auto view's function refused a decision made from an older refresh history."""
+
+
+@dataclass(frozen=True)
+class _Cost:
+    """An auto view's refresh history as its decisions use it."""
+
+    history: History
+    base_rows: int | None  # the tables' rows at the newest refresh
+    history_id: int | None  # the newest row of refresh_history the history holds
 
 
 @dataclass
@@ -129,7 +150,10 @@ class PostgresMaintainer:
         self.companion = changelog.companion_schema(schema)
         self._plans: dict[str, Plan] = {}
         self._histories = False  # the companion was seen with its refresh history
-        self._pending_sql: dict[tuple[str, tuple[str, ...]], str] = {}  # rendered once
+        # per auto view, what its decisions rest on: its History, the tables' rows at its
+        # newest refresh, the newest refresh_history id (read once, then kept up to date from
+        # what each maintain returns; a maintain that finds a newer row refuses the decision)
+        self._costs: dict[str, _Cost] = {}
 
     # -- helpers ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -357,6 +381,7 @@ class PostgresMaintainer:
             raise BackendError(f"create_view {name!r} failed and was rolled back: "
                                f"{str(e).strip()}") from e
         self._plans[name] = p
+        self._costs.pop(name, None)
         return p
 
     def _check_key(self, table: str, key: Sequence[str],
@@ -484,14 +509,12 @@ class PostgresMaintainer:
         all; their statistics are in ``upstream``."""
         start = time.perf_counter()
         info = self._refresh_info()
-        choices = self._decisions(pipeline.order(_upstream(info), [name]), info,
-                                  {name: strategy} if strategy else {}) if name in info else {}
         if strategy and name not in info:
             self._entry(name)  # (raises: no such view)
-        stats = self._call(name, retry=True, choices=choices)
-        out = MaintenanceStats.of(name, stats)
-        out.upstream = {k: MaintenanceStats.of(k, v)
-                        for k, v in (stats.get("upstream") or {}).items()}
+        order = pipeline.order(_upstream(info), [name]) if name in info else []
+        stats = self._decided_call(name, order, info, {name: strategy} if strategy else {})
+        out = self._stats(name, stats)
+        out.upstream = {k: self._stats(k, v) for k, v in (stats.get("upstream") or {}).items()}
         out.seconds = time.perf_counter() - start
         return out
 
@@ -508,9 +531,25 @@ class PostgresMaintainer:
         info = self._refresh_info()
         order = pipeline.order(_upstream(info), info)
         asked = {v: strategy for v in order if strategy and _applies(strategy, info[v][0])}
-        choices = self._decisions(order, info, asked)
-        stats = self._call(None, retry=True, choices=choices)
-        return {k: MaintenanceStats.of(k, v) for k, v in (stats.get("views") or {}).items()}
+        stats = self._decided_call(None, order, info, asked)
+        return {k: self._stats(k, v) for k, v in (stats.get("views") or {}).items()}
+
+    def _decided_call(self, name: str | None, order: Sequence[str],
+                      info: Mapping[str, tuple[str, tuple[str, ...]]],
+                      asked: Mapping[str, RefreshStrategy | None]) -> dict[str, Any]:
+        """``_call`` with the views' decisions; an auto decision made from a refresh history
+        another session has since extended is refused by the function before it runs
+        anything: then decided again from the history as it is now."""
+        for attempt in range(STALE_RETRIES + 1):
+            choices = self._decisions(order, info, asked)
+            try:
+                return self._call(name, retry=True, choices=choices)
+            except _StaleDecision as e:
+                if attempt == STALE_RETRIES:
+                    raise MaintenanceError(f"maintenance of {name or self.schema!r} refused: "
+                                           f"{e} (after {STALE_RETRIES + 1} decisions)") from e
+                self._costs.clear()
+        raise AssertionError("unreachable")
 
     # -- the refresh decision -------------------------------------------------------------
     def _refresh_info(self) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -528,11 +567,11 @@ class PostgresMaintainer:
                    asked: Mapping[str, RefreshStrategy | None]) -> dict[str, dict[str, Any]]:
         """The decision passed to each view's function whose refresh is not its function's
         default (the Δ-script; a ``recompute`` view's recomputation): for an ``auto`` view
-        (or ``strategy="auto"`` asked), ``refresh_cost.decide`` over the changes pending,
-        the tables' sizes and the view's history; for a strategy asked for this refresh, that
-        strategy."""
+        (or ``strategy="auto"`` asked), ``refresh_cost.threshold`` — the cost model's choice
+        for any count of pending log rows, which the function applies to the rows it counts
+        (after the views it reads have refreshed, in the same transaction); for a strategy
+        asked for this refresh, that strategy."""
         out: dict[str, dict[str, Any]] = {}
-        estimates: dict[str, int] = {}
         for v in order:
             mine = info[v][0]
             want = asked.get(v) or mine
@@ -544,8 +583,9 @@ class PostgresMaintainer:
                 raise IdivmError(f"view {v!r} was created with strategy='recompute': it has no "
                                  "Δ-script to run")
             if want == "auto" and mine != "recompute":
-                out[v] = self._decide(v, info, estimates).as_dict()
-                out[v] |= {"changes": estimates[v]}
+                cost = self._cost(v)
+                out[v] = threshold(cost.base_rows, cost.history, "postgres").as_dict() | {
+                    "history_id": cost.history_id}
             elif want == "recompute" and mine != "recompute":
                 out[v] = Decision("recompute", "strategy='recompute' asked for this refresh"
                                   ).as_dict()
@@ -553,37 +593,50 @@ class PostgresMaintainer:
                 out[v] = Decision("id", f"strategy={want!r} asked for this refresh").as_dict()
         return out
 
-    def _decide(self, view: str, info: Mapping[str, tuple[str, tuple[str, ...]]],
-                estimates: dict[str, int]) -> Decision:
-        """``refresh_cost.decide`` for an ``auto`` refresh of ``view``; ``estimates`` (view →
-        its changes, filled): the log rows pending for it, and for a view read by it as a
-        table the changes estimated for that view (its refresh in the same transaction logs
-        at most about as many)."""
+    def _cost(self, view: str, reload: bool = False) -> _Cost:
+        """What ``view``'s auto decisions rest on (read from ``refresh_history`` once)."""
+        if view in self._costs and not reload:
+            return self._costs[view]
         if not self._histories:
             if not self._has(HISTORY) or not self._has_function("relation_rows"):
                 self._recompile_stale(None)  # a companion from before refresh histories
             self._histories = True
-        if view not in estimates:
-            self._estimate_changes(view, info, estimates)
-        n = estimates[view]
-        p = self.plan_of(view)
-        if n == 0:
-            return Decision("id", "no changes pending: nothing to refresh")
-        row = self.conn.execute(f"SELECT {qq(self.companion, 'relation_rows')}(%s)",
-                                (self._relations(p.tables, self._sources(p)),)).fetchone()
-        rows = int(row[0]) if row and row[0] is not None else None
-        return decide("auto", n, rows, self.history_model(view), "postgres")
+        rows = self.conn.execute(
+            f"SELECT id, strategy, changes, seconds, base_rows FROM "
+            f"{qq(self.companion, HISTORY)} WHERE view = %s ORDER BY id", (view,)).fetchall()
+        runs = [(str(r[1]), int(r[2]), float(r[3]), None if r[4] is None else int(r[4]))
+                for r in rows]
+        sizes = [r[3] for r in runs if r[3] is not None]
+        self._costs[view] = cost = _Cost(History.of_runs(runs, "postgres"),
+                                         sizes[-1] if sizes else None,
+                                         int(rows[-1][0]) if rows else None)
+        return cost
 
-    def _estimate_changes(self, view: str, info: Mapping[str, tuple[str, tuple[str, ...]]],
-                          estimates: dict[str, int]) -> None:
-        """The changes estimated for ``view`` (as ``_decide`` counts them) into ``estimates``."""
-        n = self._pending_all(info[view][1], view)
-        for t in info[view][1]:
-            if t in info:
-                if t not in estimates:
-                    self._estimate_changes(t, info, estimates)
-                n += estimates[t]
-        estimates[view] = n
+    def _stats(self, name: str, stats: Mapping[str, Any]) -> MaintenanceStats:
+        """``MaintenanceStats`` of one view's run; for an auto refresh, its decision with the
+        model's estimates at the log rows it counted (``decide``, from the history the
+        threshold came from), and that history brought up to date with this run."""
+        out = MaintenanceStats.of(name, stats)
+        cost = self._costs.get(name)
+        if cost is None:
+            return out
+        n = sum(out.log_rows.values())
+        if out.decision.get("max_changes", False) is not False and n > 0:
+            d = decide("auto", n, cost.base_rows, cost.history, "postgres")
+            out.decision |= {"changes": n, "maintain_estimate": d.maintain_estimate,
+                             "recompute_estimate": d.recompute_estimate}
+            if d.choice == out.choice:
+                out.decision["reason"] = d.reason
+        if stats.get("history_id") is not None:
+            rows = stats.get("base_rows")
+            base_rows = int(rows) if rows is not None else cost.base_rows
+            h = cost.history
+            if out.choice == "recompute":
+                h = h.with_recompute(out.seconds, base_rows)
+            elif n > 0:
+                h = h.with_maintain(n, out.seconds, "postgres")
+            self._costs[name] = _Cost(h, base_rows, int(stats["history_id"]))
+        return out
 
     def history_model(self, name: str) -> History:
         """The cost model's ``History`` of the view, from its rows of ``refresh_history``."""
@@ -661,6 +714,8 @@ class PostgresMaintainer:
             if state == compile_.STALE_CODE and retry:
                 self._recompile_stale(name)
                 return self._call(name, retry=False, choices=choices)
+            if state == compile_.STALE_DECISION:
+                raise _StaleDecision(msg.removeprefix("idivm: ")) from e
             if state == compile_.NO_VIEW:
                 raise BackendError(msg.removeprefix("idivm: ")) from e
             if state == compile_.UNDECLARED_CHANGE:
@@ -778,6 +833,7 @@ class PostgresMaintainer:
         except psycopg.Error as e2:
             raise BackendError(f"drop_view {name!r} failed: {str(e2).strip()}") from e2
         self._plans.pop(name, None)
+        self._costs.pop(name, None)
 
     def _drop_scratch(self, function: str) -> None:
         """Drop the scratch relations of the code whose function is ``function``."""
@@ -843,36 +899,6 @@ class PostgresMaintainer:
                             "pending_log_rows": pending, "watermarks": marks,
                             "last_refresh": last_runs.get(vname), "efficiency": eff})
         return out
-
-    def _pending_all(self, tables: Sequence[str], view: str) -> int:
-        """Logged changes of ``tables`` that ``view`` has not consumed yet, in one query (the
-        refresh decision's: a round trip per table cost more than a small refresh)."""
-        if not tables:
-            return 0
-        key = (view, tuple(tables))
-        if key not in self._pending_sql:
-            self._pending_sql[key] = self._pending_query(view, tables)
-        row = self.conn.execute(self._pending_sql[key]).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
-
-    def _pending_query(self, view: str, tables: Sequence[str]) -> str:
-        reg = exp.table_(exp.to_identifier("log_users", quoted=True),
-                         db=exp.to_identifier(self.companion, quoted=True), alias="u")
-        parts = []
-        for t in tables:
-            count = exp.select(exp.Count(this=exp.Star())).from_(
-                changelog.log_ref(self.schema, t)).where(
-                changelog.pending_predicate(exp.column("watermark", table="u")))
-            parts.append(exp.select(exp.alias_(exp.Subquery(this=count), "n")).from_(
-                reg.copy()).where(exp.and_(
-                    exp.EQ(this=exp.column("view", table="u"), expression=exp.Literal.string(view)),
-                    exp.EQ(this=exp.column("tbl", table="u"), expression=exp.Literal.string(t)))))
-        union: exp.Expr = parts[0]
-        for q_ in parts[1:]:
-            union = exp.union(union, q_, distinct=False)
-        return exp.select("coalesce(sum(n), 0)").from_(
-            exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("p")))
-        ).sql("postgres")
 
     def _pending(self, table: str, view: str) -> int:
         """Logged changes of ``table`` that ``view`` has not consumed yet."""

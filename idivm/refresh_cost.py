@@ -67,19 +67,27 @@ class History:
                        bool(d.get("recompute_at_create", False)))
 
     @staticmethod
-    def of_runs(runs: Iterable[tuple[str, int, float, int | None]], engine: str = "postgres"
-                ) -> History:
+    def of_runs(runs: Iterable[tuple[str, int, float, int | None]
+                               | tuple[str, int, float, int | None, bool]],
+                engine: str = "postgres") -> History:
         """The history of a view's recorded refreshes, oldest first: (what ran — ``id`` or
         ``tuple`` (the Δ-script, on ``engine``), ``recompute``, or ``create`` (the
-        materialization by create_view) —, changes, seconds, base-table rows). The newest
-        recomputation (or creation) is the recomputation's measurement; the Δ-script runs
-        that consumed changes are the maintenance samples (the newest ``KEEP``)."""
+        materialization by create_view) —, changes, seconds, base-table rows[, cold]). The
+        newest recomputation (or creation) is the recomputation's measurement; the Δ-script
+        runs that consumed changes are the maintenance samples (the newest ``KEEP``). A
+        *cold* run — a session's first of the view's code, which plans every statement — is
+        a sample only while no warm one is known (a scheduler that connects per refresh
+        only has cold ones, and they are its cost)."""
         h = History()
-        for what, changes, seconds, rows in runs:
+        listed = list(runs)
+        warm = any(len(r) < 5 or not r[4] for r in listed
+                   if r[0] not in RECOMPUTED and r[1] > 0)
+        for r in listed:
+            what, changes, seconds, rows = r[:4]
             if what in RECOMPUTED:
                 h = h.with_recompute(float(seconds), None if rows is None else int(rows),
                                      at_create=what == "create")
-            elif changes > 0:
+            elif changes > 0 and not (warm and len(r) > 4 and r[4]):
                 h = h.with_maintain(int(changes), float(seconds), engine)
         return h
 

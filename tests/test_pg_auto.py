@@ -459,3 +459,20 @@ def test_a_companion_of_an_older_format_upgrades(env: tuple[PostgresMaintainer, 
     conn.execute("UPDATE t SET x = x + 1 WHERE id < 20")
     assert m.maintain_all()["agg"].log_rows == {"t": 38, "u": 0}
     _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+
+
+def test_a_sessions_first_run_is_recorded_cold(env: tuple[PostgresMaintainer, Conn],
+                                               pg_schema: str) -> None:
+    """The first run of a view's code in a session (it plans every statement) is marked
+    ``cold`` in refresh_history; the model then prefers the warm runs."""
+    m, conn = env
+    m.create_view("agg", QUERIES["agg"])  # (id: every run the Δ-script's)
+    for k in range(3):
+        conn.execute("UPDATE t SET x = x + 1 WHERE id < %s", (20 + k,))
+        m.maintain("agg")
+    runs = conn.execute(sql.SQL("SELECT cold, strategy FROM {} WHERE view = 'agg' AND "
+                                "strategy <> 'create' ORDER BY id").format(
+        sql.Identifier(_companion(pg_schema), "refresh_history"))).fetchall()
+    assert [c for c, _ in runs] == [True, False, False]
+    assert [s for _, s in runs] == ["id"] * 3
+    assert len(m.history_model("agg").maintain) == 2

@@ -195,3 +195,13 @@ def test_threshold_without_a_measured_recomputation_maintains_everything() -> No
     t = threshold(1000, History().with_maintain(500, 0.01, "postgres"))
     assert t.max_changes is None and t.choice(10**9) == "id"
     assert t.as_dict()["choice"] == "auto" and t.as_dict()["max_changes"] is None
+
+
+def test_cold_runs_count_only_while_no_warm_one_is_known() -> None:
+    """A session's first run of a view's code plans its statements: its time is a sample only
+    until a warm run is recorded (a scheduler connecting per refresh has only cold ones)."""
+    cold_only = History.of_runs([("create", 0, 0.05, 10), ("id", 2000, 0.060, 10, True)])
+    assert cold_only.maintain == ((2000, 0.060, "postgres"),)
+    both = History.of_runs([("create", 0, 0.05, 10), ("id", 2000, 0.060, 10, True),
+                            ("id", 1900, 0.015, 10, False), ("id", 1800, 0.070, 10, True)])
+    assert both.maintain == ((1900, 0.015, "postgres"),)

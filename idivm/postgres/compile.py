@@ -581,6 +581,11 @@ def _row_text(alias: str, columns: Sequence[str]) -> str:
     return f"ROW({', '.join(f'{q(alias)}.{q(c)}' for c in columns)})::text"
 
 
+def warm_setting(tag: str) -> str:
+    """The session setting a view's code sets after its first run in the session."""
+    return f"idivm.warm_{tag}"
+
+
 def _recomputed(tag: str, k: int) -> str:
     """The scratch relation the recomputing branch fills with stored relation ``k``'s rows."""
     return f"__iv{tag}_r{k}"
@@ -635,9 +640,9 @@ def _history_block(name: str, companion: str, ran: str, relations: Sequence[str]
     rels = f"ARRAY[{', '.join(lit(r) for r in relations)}]::text[]"
     return f"""IF idivm__logrows > 0 THEN
   idivm__base := {comp}.relation_rows({rels});
-  INSERT INTO {hist} (view, strategy, changes, seconds, base_rows, reason)
+  INSERT INTO {hist} (view, strategy, changes, seconds, base_rows, reason, cold)
   VALUES ({lit(name)}, {ran}, idivm__logrows, extract(epoch FROM clock_timestamp() - idivm__t0),
-          idivm__base, idivm__reason) RETURNING id INTO idivm__hid;
+          idivm__base, idivm__reason, idivm__cold) RETURNING id INTO idivm__hid;
   DELETE FROM {hist} AS h WHERE h.view = {lit(name)}
     AND h.id <= (SELECT k.id FROM {hist} AS k WHERE k.view = {lit(name)}
                  ORDER BY k.id DESC OFFSET {HISTORY_ROWS} LIMIT 1)
@@ -704,7 +709,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             "idivm__changes jsonb := '{}';", "idivm__rows jsonb := '{}';",
             "idivm__applied jsonb := '{}';", "idivm__secs jsonb := '[]';",
             "idivm__choice text;", "idivm__reason text;", "idivm__logrows bigint := 0;",
-            "idivm__log jsonb := '{}';", "idivm__hid bigint;", "idivm__base bigint;"]
+            "idivm__log jsonb := '{}';", "idivm__hid bigint;", "idivm__base bigint;",
+            # the session's first run of this code: PL/pgSQL plans each statement then
+            f"idivm__cold boolean := current_setting({lit(warm_setting(tag))}, true) "
+            "IS DISTINCT FROM 'on';"]
     decl += [f"{r.counter} bigint := 0;" for r in rels.values()]
     logged = {t: f"idivm__l{i}" for i, t in enumerate(base)}  # pending log rows per table
     decl += [f"{v} bigint := 0;" for v in logged.values()]
@@ -885,6 +893,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         ran = f"CASE idivm__choice WHEN 'recompute' THEN 'recompute' ELSE {lit(run_label)} END"
     relations = [".".join(q(x) for x in (sources or {}).get(t, (schema, t))) for t in base]
     body.append(_history_block(name, companion, ran, relations))
+    # (transactional: a run rolled back leaves the session cold)
+    body.append(f"PERFORM set_config({lit(warm_setting(tag))}, 'on', false);")
     body.append("RETURN jsonb_build_object('view', " + lit(name) + ", 'changes', idivm__changes,"
                 " 'idiff_rows', idivm__rows, 'applied_rows', idivm__applied, "
                 "'statement_seconds', idivm__secs, 'consumed', idivm__folded, "
@@ -892,7 +902,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 "'decision', (CASE jsonb_typeof(idivm__decision) WHEN 'object' THEN "
                 "idivm__decision ELSE '{}' END) || jsonb_build_object('choice', idivm__choice, "
                 "'reason', idivm__reason), "
-                "'history_id', idivm__hid, 'base_rows', idivm__base, "
+                "'history_id', idivm__hid, 'base_rows', idivm__base, 'cold', idivm__cold, "
                 "'seconds', extract(epoch FROM clock_timestamp() - idivm__t0));")
 
     src = ("DECLARE\n" + _indent("\n".join(decl), 2) + "\nBEGIN\n"
@@ -1059,6 +1069,9 @@ def history_source(companion: str) -> str:
   changes bigint NOT NULL, seconds double precision NOT NULL, base_rows bigint,
   reason text NOT NULL);
 CREATE INDEX IF NOT EXISTS {q(HISTORY + '_view')} ON {hist} (view, id);
+-- a session's first run of a view's code plans its statements (a companion from before has
+-- no such column)
+ALTER TABLE {hist} ADD COLUMN IF NOT EXISTS cold boolean NOT NULL DEFAULT false;
 CREATE OR REPLACE FUNCTION {comp}.refresh_efficiency()
 RETURNS TABLE (view text, refreshes bigint, id_refreshes bigint, recompute_refreshes bigint,
                id_median_seconds double precision, recompute_median_seconds double precision,

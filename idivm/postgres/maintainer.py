@@ -71,6 +71,7 @@ class _Cost:
     history: History
     base_rows: int | None  # the tables' rows at the newest refresh
     history_id: int | None  # the newest row of refresh_history the history holds
+    warm: bool = False  # a Δ-script run that was not its session's first is among them
 
 
 @dataclass
@@ -602,14 +603,15 @@ class PostgresMaintainer:
                 self._recompile_stale(None)  # a companion from before refresh histories
             self._histories = True
         rows = self.conn.execute(
-            f"SELECT id, strategy, changes, seconds, base_rows FROM "
+            f"SELECT id, strategy, changes, seconds, base_rows, cold FROM "
             f"{qq(self.companion, HISTORY)} WHERE view = %s ORDER BY id", (view,)).fetchall()
-        runs = [(str(r[1]), int(r[2]), float(r[3]), None if r[4] is None else int(r[4]))
-                for r in rows]
+        runs = [(str(r[1]), int(r[2]), float(r[3]), None if r[4] is None else int(r[4]),
+                 bool(r[5])) for r in rows]
         sizes = [r[3] for r in runs if r[3] is not None]
+        warm = any(not r[4] for r in runs if r[0] in ("id", "tuple") and r[1] > 0)
         self._costs[view] = cost = _Cost(History.of_runs(runs, "postgres"),
                                          sizes[-1] if sizes else None,
-                                         int(rows[-1][0]) if rows else None)
+                                         int(rows[-1][0]) if rows else None, warm)
         return cost
 
     def _stats(self, name: str, stats: Mapping[str, Any]) -> MaintenanceStats:
@@ -630,23 +632,24 @@ class PostgresMaintainer:
         if stats.get("history_id") is not None:
             rows = stats.get("base_rows")
             base_rows = int(rows) if rows is not None else cost.base_rows
+            cold = bool(stats.get("cold"))
+            if out.choice != "recompute" and n > 0 and not cold and not cost.warm:
+                # the first warm run: the cold samples no longer count (History.of_runs)
+                self._cost(name, reload=True)
+                return out
             h = cost.history
             if out.choice == "recompute":
                 h = h.with_recompute(out.seconds, base_rows)
-            elif n > 0:
+            elif n > 0 and not (cold and cost.warm):
                 h = h.with_maintain(n, out.seconds, "postgres")
-            self._costs[name] = _Cost(h, base_rows, int(stats["history_id"]))
+            self._costs[name] = _Cost(h, base_rows, int(stats["history_id"]), cost.warm)
         return out
 
     def history_model(self, name: str) -> History:
         """The cost model's ``History`` of the view, from its rows of ``refresh_history``."""
         if not self._has(HISTORY):
             return History()
-        rows = self.conn.execute(
-            f"SELECT strategy, changes, seconds, base_rows FROM {qq(self.companion, HISTORY)} "
-            "WHERE view = %s ORDER BY id", (name,)).fetchall()
-        return History.of_runs([(str(r[0]), int(r[1]), float(r[2]),
-                                 None if r[3] is None else int(r[3])) for r in rows], "postgres")
+        return self._cost(name, reload=True).history
 
     def history(self, name: str | None = None) -> list[dict[str, Any]]:
         """The rows of ``refresh_history`` (of view ``name``, or of every view), oldest first:

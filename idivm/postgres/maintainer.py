@@ -623,7 +623,7 @@ class PostgresMaintainer:
         if cost is None:
             return out
         n = sum(out.log_rows.values())
-        if out.decision.get("max_changes", False) is not False and n > 0:
+        if "max_changes" in out.decision and n > 0:  # (an auto refresh's threshold)
             d = decide("auto", n, cost.base_rows, cost.history, "postgres")
             out.decision |= {"changes": n, "maintain_estimate": d.maintain_estimate,
                              "recompute_estimate": d.recompute_estimate}

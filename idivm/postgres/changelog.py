@@ -51,6 +51,7 @@ __all__ = [
     "fold_query",
     "fold_by_key",
     "fold_select",
+    "first_image_source",
     "install",
     "install_guard",
     "log_columns",
@@ -87,6 +88,23 @@ _KINDS = {
 TRIGGERS = tuple(_KINDS.values())
 
 LOCK_CLASS = 0x1D1  # first key of idivm's advisory locks (the second: what is locked)
+
+# the companion's aggregate that keeps the first non-NULL value it is given: the fold's image
+# of a column over a key's (at most one) 'D' or 'I' log row. array_agg(c)[1] did the same with
+# an array state per column and key (PostgreSQL sizes one at 8 kB: a sorted grouping, or a
+# hashed one spilling past work_mem); this one's state is the value itself
+FIRST_IMAGE = "first_image"
+
+
+def first_image_source(companion: str) -> str:
+    """``<companion>.first_image(anyelement)``: the first non-NULL value of its group (its
+    step, strict, runs only from the second non-NULL value on: never for a fold's images)."""
+    step = _qualified(companion, FIRST_IMAGE + "_step")
+    return (f"CREATE OR REPLACE FUNCTION {step}(anyelement, anyelement) RETURNS anyelement "
+            f"LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT $1';\n"
+            f"CREATE OR REPLACE AGGREGATE {_qualified(companion, FIRST_IMAGE)}(anyelement) "
+            f"(SFUNC = {step}, STYPE = anyelement)")
+
 
 GUARD_SCHEMA = "idivm"
 GUARD_FUNCTION = "guard_ddl"
@@ -267,6 +285,7 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
         conn.execute(f"CREATE OR REPLACE FUNCTION {_qualified(comp, _PRUNE_LOG)}(tbl text, "
                      f"log regclass) RETURNS bigint LANGUAGE plpgsql AS "
                      f"{dollar_quote(_prune_body(comp))}")
+        conn.execute(first_image_source(comp))  # (the compiled fold's aggregate)
         conn.execute(f"INSERT INTO {_qualified(comp, _PRUNED)} VALUES (%s, '0') "
                      "ON CONFLICT (tbl) DO NOTHING", (table.name,))
         have = log_columns(conn, schema, table.name)
@@ -665,7 +684,7 @@ def fold_select(table: Table, log: exp.Expr, where: exp.Expr,
     )
 
 
-def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr,
+def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
                 server_types: Mapping[str, str] | None = None) -> exp.Expr:
     """``fold_select``'s result (PostgreSQL), by one hashed grouping of the log by key for the
     keys a batch changes once — one row logged (an insert or a delete), or two (a 'D' and an
@@ -674,7 +693,9 @@ def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr,
     statements), which also checks those. The images of a key changed once are its log rows
     themselves, so the two folds agree; the common case skips ``fold_select``'s grouping by
     whole images and its sort by key. Tables with a column without equality fold by
-    ``fold_select`` alone (the update test compares images)."""
+    ``fold_select`` alone (the update test compares images). A key's images are its columns'
+    values in its one 'D' and one 'I' row, by ``companion``'s ``first_image`` aggregate (its
+    value for the keys logged more often is not used)."""
     types = {c.name: c.type for c in table.columns} | dict(server_types or {})
     keys, others = list(table.primary_key), list(table.non_key_columns)
     if not keys or any(_without_equality(types[c]) for c in others):
@@ -685,9 +706,9 @@ def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr,
     n, nd, k = "__idivm_n", "__idivm_nd", "__idivm_k"
 
     def image(c: str, cond: exp.Expr) -> exp.Expr:
-        agg = exp.Filter(this=exp.ArrayAgg(this=_col(c)), expression=exp.Where(this=cond.copy()))
-        # (sqlglot's subscripts count from 0: rendered [1] for PostgreSQL)
-        return exp.Bracket(this=exp.paren(agg), expressions=[exp.Literal.number(0)])
+        first = exp.Dot(this=_ident(companion),
+                        expression=exp.Anonymous(this=FIRST_IMAGE, expressions=[_col(c)]))
+        return exp.Filter(this=first, expression=exp.Where(this=cond.copy()))
 
     per_key = (exp.select(*[_col(c) for c in keys],
                           exp.alias_(exp.Count(this=exp.Star()), n, quoted=True),
@@ -737,13 +758,17 @@ def log_ref(schema: str, table_name: str) -> exp.Table:
 
 
 def fold_into_temp(
-    conn: psycopg.Connection, schema: str, table: Table, view: str, target: str
+    conn: psycopg.Connection, schema: str, table: Table, view: str, target: str,
+    by_key: bool = False,
 ) -> int:
     """Materialize ``view``'s pending effective changes of ``table`` (the log rows this
-    transaction's snapshot sees and the view's watermark does not) into temp table ``target``;
+    transaction's snapshot sees and the view's watermark does not) into temp table ``target``
+    by ``fold_select`` (``by_key``: by ``fold_by_key``, as compiled maintenance folds);
     returns the number of keys. Used by tests and tools; maintenance runs compiled code."""
     prev = snapshot_literal(watermark(conn, schema, table.name, view))
-    select = fold_select(table, log_ref(schema, table.name), pending_predicate(prev))
+    log, pending = log_ref(schema, table.name), pending_predicate(prev)
+    select = fold_by_key(table, log, pending, companion_schema(schema)) if by_key else \
+        fold_select(table, log, pending)
     conn.execute(f"DROP TABLE IF EXISTS pg_temp.{q(target)}")
     conn.execute(f"CREATE TEMP TABLE {q(target)} AS {select.sql('postgres')}")
     row = conn.execute(f"SELECT count(*) FROM pg_temp.{q(target)}").fetchone()

@@ -41,6 +41,7 @@ from idivm.postgres.changelog import (
     HAS_PRE,
     XID,
     dollar_quote,
+    first_image_source,
     fold_by_key,
     lit,
     log_ref,
@@ -50,7 +51,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 7  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 8  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
@@ -756,7 +757,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     for t in base:
         r = rels[names[change_table(t)]]
         fold = fold_by_key(tables[t], log_ref(schema, t), pending_predicate(prev),
-                           server_types=column_types[t])
+                           companion, server_types=column_types[t])
         ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
         delta.append(
             f"IF {logged[t]} > 0 THEN\n"
@@ -1052,7 +1053,7 @@ RETURNS bigint LANGUAGE sql STABLE AS $idivm$
               THEN sum(c.reltuples)::bigint END
   FROM unnest(rels) AS r(rel) LEFT JOIN pg_class c ON c.oid = to_regclass(r.rel)
 $idivm$"""
-    return f"{fingerprint};\n{has_key};\n{consumed};\n{rows}"
+    return f"{fingerprint};\n{has_key};\n{consumed};\n{rows};\n{first_image_source(companion)}"
 
 
 def history_source(companion: str) -> str:

@@ -67,7 +67,7 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
                                                      frozenset(node.columns)),),
         lineage=lineage, nullable=nullable, carry=node.columns, multivalued=False, types=types,
         output_carry=tuple(k for k in node.columns if k not in node.keys),
-        one_row=not node.group_by)
+        one_row=not node.group_by, constant=frozenset(() if node.group_by else ("__g",)))
 
 
 def _delta(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode]) -> exp.Select:

@@ -38,13 +38,16 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
     r_det = li.ids and set(li.ids) <= closure(node.right.columns, fds, equiv)
     many_to_many = not (l_det or r_det)
     return node, combined(li, ri, equiv, {**li.nullable, **ri.nullable},
-                          li.multivalued or ri.multivalued or bool(many_to_many))
+                          li.multivalued or ri.multivalued or bool(many_to_many),
+                          li.constant | ri.constant)
 
 
 def combined(li: NodeInfo, ri: NodeInfo, equiv: tuple[frozenset[str], ...],
-             nullable: dict[str, bool], multivalued: bool) -> NodeInfo:
+             nullable: dict[str, bool], multivalued: bool,
+             constant: frozenset[str] = frozenset()) -> NodeInfo:
     """The annotations of a node with both inputs' columns: IDs ID(l) ∪ ID(r) (minimized
-    under both sides' FDs and ``equiv``), the rest merged."""
+    under both sides' FDs and ``equiv``), the rest merged (``constant``: the columns that
+    stay constant, which the caller knows: an outer join pads some with NULLs)."""
     fds = li.fds + ri.fds
     return NodeInfo(
         ids=minimize_key(li.ids + ri.ids, fds, equiv),
@@ -56,6 +59,7 @@ def combined(li: NodeInfo, ri: NodeInfo, equiv: tuple[frozenset[str], ...],
         carry=tuple(dict.fromkeys(li.carry + ri.carry)),
         multivalued=multivalued,
         types={**li.types, **ri.types},
+        constant=constant,
     )
 
 

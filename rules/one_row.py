@@ -20,7 +20,7 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
     return node, NodeInfo(ids=(k,), scan_ids={}, equiv=(), fds=((frozenset((k,)),
                                                                    frozenset((k,))),),
                           lineage={k: frozenset()}, nullable={k: False}, carry=(k,),
-                          multivalued=False, types={k: "INT"})
+                          multivalued=False, types={k: "INT"}, constant=frozenset((k,)))
 
 
 def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:

@@ -49,7 +49,9 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
     nullable = {**li.nullable, **ri.nullable}
     nullable.update({k: True for k in padded})
     # φ's equalities are no equivalences: they fail on padded rows
-    return node, combined(li, ri, li.equiv + ri.equiv, nullable, True)
+    # (the preserved side's constants stay: a padded one is NULL on the rows without a match)
+    return node, combined(li, ri, li.equiv + ri.equiv, nullable, True,
+                          frozenset() if node.full else li.constant)
 
 
 def _preserved(node: A.OuterJoin) -> tuple[int, ...]:

@@ -96,6 +96,8 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
         types=types,
         output_carry=tuple(dict.fromkeys(m[x] for x in ci.output_carry)),
         one_row=ci.one_row,
+        constant=frozenset(n for n, e in exprs
+                           if isinstance(e, exp.Column) and e.name in ci.constant),
     )
 
 

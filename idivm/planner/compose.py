@@ -232,6 +232,13 @@ def _apply(m: Materialized, d: DiffNode) -> Apply:
                  f"APPLY {s.describe()} to {m.name} ({m.role})")
 
 
+def _probed(ids: tuple[str, ...], info: NodeInfo) -> tuple[str, ...]:
+    """The IDs a probe for rows named by ``ids`` matches on: all but the constant ones (every
+    row has their one value, and so has every row naming one), which only mislead a planner's
+    estimates (a global γ's ``__g`` joined to its one row: estimated as a filter)."""
+    return tuple(k for k in ids if k not in info.constant) or ids
+
+
 def _row_wise_scan(node: A.Node) -> A.Scan | None:
     """The one scan below ``node`` when only σ and π lie between them."""
     while isinstance(node, A.Select | A.Project):
@@ -377,7 +384,8 @@ class Resolver:
             by_ids.setdefault(info.ids if d.schema.kind == "ins" else d.schema.ids,
                               []).append(d)
         parts = []
-        for ids, ds in by_ids.items():
+        for all_ids, ds in by_ids.items():
+            ids = _probed(all_ids, info)
             named = union_all([select([(k, c(k, "z")) for k in ids], t(d.name, "z"))
                                for d in ds])
             probe = exists(subquery(named.copy(), "z"), match([(k, k) for k in ids], "s", "z",
@@ -399,7 +407,7 @@ class Resolver:
         node = self.nodes[nid]
         d = self.dag.diffs[diff]
         info = self.infos[nid]
-        ids = info.ids if d.schema.kind == "ins" else d.schema.ids
+        ids = _probed(info.ids if d.schema.kind == "ins" else d.schema.ids, info)
         named = select([(k, c(k, "z")) for k in ids], t(diff, "z"))
         src = subquery(self.state(nid, which, applied, (named, ids)), "s")
         nullable = {k: True for k in ids if info.nullable.get(k, True)}

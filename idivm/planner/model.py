@@ -44,6 +44,10 @@ class NodeInfo:
     # projection has the aggregate cached below it and drops them
     output_carry: tuple[str, ...] = ()
     one_row: bool = False  # at most one row (a γ without GROUP BY, and σ/π over it)
+    # columns holding one and the same value in every row of every state (a global γ's
+    # ``__g``, and the copies of it an inner join or a π keeps): rows named by IDs are found
+    # by the other IDs alone
+    constant: frozenset[str] = frozenset()
 
     def same(self, a: str, b: str) -> bool:
         return a == b or any(a in c and b in c for c in self.equiv)

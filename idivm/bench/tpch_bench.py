@@ -680,8 +680,11 @@ class QueryRun:
     def reads(self) -> dict[str, int]:
         """Rows read so far from each table of the schema and its companion (sequential
         scans' tuples plus index fetches), as the statistics collector counts them; the
-        maintainer's session flushes its counts at its next commit."""
+        maintainer's session flushes its counts at its next commit, this connection's (the
+        recomputation's reads, whose flush PostgreSQL otherwise defers up to a second, into
+        the next window) before the count."""
         self.m.conn.execute("SELECT pg_stat_force_next_flush()")
+        self.conn.execute("SELECT pg_stat_force_next_flush()")
         with self.conn.transaction():
             self.conn.execute("SELECT pg_stat_clear_snapshot()")
             rows = self.conn.execute(

@@ -6,7 +6,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -89,6 +89,19 @@ def spark_available() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"Spark tests cannot run: {why}")
         pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_available: None) -> Iterator[Any]:
+    """One embedded SparkSession per test process (pytest-xdist worker), shared by every Spark
+    test module: two shuffle partitions (tiny tables: as many tasks as there are cores). Later
+    ``getOrCreate`` calls (the CLI's, a harness's) reuse it; stopped when the process's tests
+    end."""
+    from idivm.spark import embedded_session
+
+    s = embedded_session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    yield s
+    s.stop()
 
 
 @pytest.fixture(scope="session")

@@ -113,13 +113,15 @@ def test_views_over_views_differential(pipeline: Any, pg_schema: str) -> None:
 
 def test_downstream_consumes_upstream_changes_not_a_recomputation(pipeline: Any,
                                                                   pg_schema: str) -> None:
-    """One update of t changes one group of a: b and c receive that one changed row of a."""
+    """One update of t changes one group of a: b and c receive that one changed row of a.
+    (a and b only sum their input: they read its log rows unfolded, the update's old and new
+    row — two; c joins a: one folded change.)"""
     m, conn = pipeline
     conn.execute(f"UPDATE {pg_schema}.t SET x = x + 1 WHERE id = 5")
     st = m.maintain("c")
-    assert st.upstream["a"].changes == {"t": 1}
+    assert st.upstream["a"].changes == {"t": 2}
     assert st.changes == {"a": 1, "u": 0}
-    assert m.maintain("b").changes == {"a": 1}  # a's change, logged once, read by b later
+    assert m.maintain("b").changes == {"a": 2}  # a's change, logged once, read by b later
     assert m.maintain("b").changes == {"a": 0}
     _check(conn, pg_schema, ["a", "b", "c"])
 
@@ -209,7 +211,7 @@ def test_cli_maintain_all(pipeline: Any, pg_dsn: str, pg_schema: str,
                      "--schema", pg_schema]) == 0
     out = json.loads(capsys.readouterr().out)
     assert list(out) == ["a", "b", "c", "d", "e"]
-    assert out["a"]["changes"] == {"t": 30}
+    assert out["a"]["changes"] == {"t": 60}  # 30 updates: a sums t, read unfolded
     _check(conn, pg_schema, list(VIEWS))
     assert cli_main(["pg", "drop-view", "a", "--dsn", pg_dsn, "--schema", pg_schema]) != 0
     assert cli_main(["pg", "drop-view", "a", "--cascade", "--dsn", pg_dsn,
@@ -253,7 +255,7 @@ def test_pipeline_run_folder(pg_dsn: str, pg_schema: str, tmp_path: Path,
         conn.execute("UPDATE t SET x = x + 7 WHERE id < 60")
         second = run()
         assert [d["refresh"] for d in second["datasets"]] == ["id"] * 3
-        assert second["datasets"][0]["changes"] == {"t": 59}
+        assert second["datasets"][0]["changes"] == {"t": 118}  # 59 updates, unfolded
         _check(conn, pg_schema, ["a", "c", "d"])
         (tmp_path / "gold" / "gold.sql").write_text(
             f"CREATE MATERIALIZED VIEW c AS {VIEWS['c'].replace('1000', '900')};\n"

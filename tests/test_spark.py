@@ -1,4 +1,5 @@
-"""Spark backend: differential suite (subset), crash injection, change-feed validation."""
+"""Spark backend: the comparison strategies, crash injection, change-feed validation (the
+differential suite of the id strategy: test_spark_differential.py, test_spark_mixed.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,77 +17,16 @@ from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
 
 try:
     from tests.differential.views import VIEWS_BY_NAME
-    from tests.spark.harness import SparkDifferential, schema_ddl, spark_schema
+    from tests.spark.harness import SparkDifferential, maintainer, schema_ddl, spark_schema
 except ImportError:  # pragma: no cover
     from differential.views import VIEWS_BY_NAME  # type: ignore[no-redef]
-    from spark.harness import SparkDifferential, schema_ddl, spark_schema  # type: ignore[no-redef]
+    from spark.harness import (  # type: ignore[no-redef]
+        SparkDifferential,
+        maintainer,
+        schema_ddl,
+        spark_schema,
+    )
 
-# every operator: σ ⋈ π (paper_v), γ with a cache (paper_v_cost), AVG/MIN/MAX/HAVING, global γ,
-# ▷, ⋉, γ below ⋈ with σ above, θ self-join, ∪all, UNION, EXCEPT, DISTINCT, numeric sums
-SPARK_VIEWS = (
-    "paper_v", "paper_v_cost", "paper_using_group_aggs", "paper_not_exists", "paper_exists_in",
-    "paper_subquery_agg_from", "paper_self_theta", "social_union_all_roles",
-    "social_distinct_buckets", "setops_union", "setops_except", "setops_global_filtered",
-    "setops_any_all", "setops_scalar_padded", "setops_without_from",
-)  # the orders schema's views: tests/test_spark_delta.py, over tables delta-rs writes
-ROUNDS = 2
-
-
-@pytest.fixture(scope="session")
-def spark(spark_available: None) -> Iterator[Any]:
-    from idivm.spark import embedded_session
-
-    # tiny tables: two shuffle partitions are as many tasks as there are cores
-    s = embedded_session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})
-    yield s
-    s.stop()
-
-
-def maintainer(spark: Any, tmp_path: Path, ddl: str, engine: str = "auto") -> Any:
-    from idivm.spark import SparkMaintainer
-
-    # four buckets per cache and view: a round rewrites some of them, not always all
-    return SparkMaintainer(idivm.Catalog.from_ddl(ddl), tmp_path / "wh", spark=spark, buckets=4,
-                           engine=engine)  # type: ignore[arg-type]
-
-
-def _by_schema() -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for name in SPARK_VIEWS:
-        out.setdefault(VIEWS_BY_NAME[name].schema, []).append(name)
-    return out
-
-
-@pytest.mark.parametrize("engine", ["spark", "driver", "mixed"])
-@pytest.mark.parametrize("schema_key,views", sorted(_by_schema().items()))
-def test_spark_views_match_recomputation(spark: Any, tmp_path: Path, schema_key: str,
-                                         views: list[str], engine: str) -> None:
-    """Every operator on Spark: one workload per schema, all its views maintained per round,
-    the Δ-script run by Spark SQL, by DuckDB on the driver, or by each in turn (a row one
-    engine wrote is found by the other in the bucket it expects)."""
-    m = maintainer(spark, tmp_path, schema_ddl(schema_key),
-                   engine if engine != "mixed" else "driver")
-    if engine == "mixed":  # the driver folds merge-on-read's leftovers early (copy-on-write)
-        m.store.fold_rows = 8
-    run = SparkDifferential(m, schema_key, seed=11)
-    for name in views:
-        m.create_view(name, VIEWS_BY_NAME[name].sql, strategy="id")
-        run.check(name, "after create_view")
-    rewritten: list[tuple[int, int]] = []
-    rounds = ROUNDS if engine != "mixed" else 4
-    for r in range(rounds):
-        if engine == "mixed":
-            m.engine = ("driver", "spark")[r % 2]
-        run.step(8)
-        if r == 0:
-            run.step(8)  # two commits before one maintain: folding across versions
-        for name in views:
-            stats = m.maintain(name)
-            assert stats.decision["choice"] == "id"
-            assert stats.decision["engine"] == m.engine
-            run.check(name, f"round {r}, stats {stats.as_dict()}")
-            rewritten += stats.partitions_rewritten.values()
-    assert any(0 < done for done, _ in rewritten), rewritten
 
 
 # tuple-based rules differ from the ID-based ones at ⋈, γ, ∪, ⋉ and ▷: the paper and setops

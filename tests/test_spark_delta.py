@@ -35,14 +35,6 @@ except ImportError:  # pragma: no cover
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
 
 
-@pytest.fixture(scope="module")
-def spark(spark_available: None) -> Any:
-    from idivm.spark import embedded_session
-
-    s = embedded_session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})
-    yield s
-
-
 class DeltaLake(SparkDifferential):
     """The workload's tables as Delta tables under ``lake``, written by delta-rs and attached;
     each step commits the model's net changes with delta-rs (deletes, then upserts: two

@@ -68,13 +68,6 @@ def test_deletion_vectors_as_delta_readers_read_them(tmp_path: Path) -> None:
     assert dv.dv_paths(descriptors.values()) == {f"deletion_vector_{name}.bin"}
 
 
-@pytest.fixture(scope="module")
-def spark(spark_available: None) -> Any:
-    from idivm.spark import embedded_session
-
-    return embedded_session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})
-
-
 def _maintainer(spark: Any, tmp_path: Path) -> Any:
     from idivm.spark import SparkMaintainer
 

@@ -36,13 +36,6 @@ DDL = """CREATE TABLE t (id int PRIMARY KEY, g int NOT NULL, x int);
 CREATE TABLE u (g int PRIMARY KEY, name text);"""
 
 
-@pytest.fixture(scope="module")
-def spark(spark_available: None) -> Any:
-    from idivm.spark import embedded_session
-
-    return embedded_session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})
-
-
 def _pipeline(spark: Any, root: Path, engine: str = "auto", fold_rows: int | None = None
               ) -> Any:
     from idivm.spark import SparkMaintainer

@@ -55,6 +55,7 @@ __all__ = [
     "install",
     "install_guard",
     "log_columns",
+    "log_images",
     "log_table_name",
     "pending_predicate",
     "prune",
@@ -749,6 +750,24 @@ def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
     cte = exp.CTE(this=per_key, alias=exp.TableAlias(this=_ident(k)), materialized=True)
     out.set("with_", exp.With(expressions=[cte]))
     return out
+
+
+def log_images(table: Table, log: exp.Expr, where: exp.Expr) -> exp.Select:
+    """The pending log rows in a change table's columns, unfolded: each row one image — an
+    'I' row a post-image (``X__post``, ``__has_post``), a 'D' row a pre-image (``X__pre``,
+    ``__has_pre``), its values under both names (a reader of the shape
+    ``planner.linear`` checks reads only the side its flag selects). What a change table
+    read only by sums of per-image contributions reads instead of the fold."""
+    others = list(table.non_key_columns)
+    op = _col(OP)
+    return (exp.select(*[_col(c) for c in table.primary_key],
+                       *[exp.alias_(_col(c), f"{c}__pre", quoted=True) for c in others],
+                       *[exp.alias_(_col(c), f"{c}__post", quoted=True) for c in others],
+                       exp.alias_(exp.EQ(this=op.copy(), expression=exp.Literal.string(OP_DELETE)),
+                                  HAS_PRE, quoted=True),
+                       exp.alias_(exp.EQ(this=op.copy(), expression=exp.Literal.string(OP_INSERT)),
+                                  HAS_POST, quoted=True))
+            .from_(log.copy()).where(where.copy()))
 
 
 def log_ref(schema: str, table_name: str) -> exp.Table:

@@ -34,6 +34,7 @@ from sqlglot import exp
 from idivm import pipeline
 from idivm.catalog import Table
 from idivm.plan import Plan
+from idivm.planner.linear import linear_change_tables, read_from
 from idivm.planner.model import change_table, fit
 from idivm.planner.prune import prune_empty
 from idivm.postgres.changelog import (
@@ -44,6 +45,7 @@ from idivm.postgres.changelog import (
     first_image_source,
     fold_by_key,
     lit,
+    log_images,
     log_ref,
     pending_predicate,
     prune_statement,
@@ -51,7 +53,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 8  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 9  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
@@ -377,6 +379,16 @@ def _statement_sql(item: Inlined, fix: Fix = _same) -> str:
     return text
 
 
+def _outside(query: exp.Expr) -> exp.Expr:
+    """``query`` as SQL outside the function (creating a scratch relation from its shape): the
+    watermark variable a read of the log compares with becomes a typed NULL."""
+    def rw(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and not node.table and node.name == PREV:
+            return exp.Cast(this=exp.Null(), to=exp.DataType.build("pg_snapshot", udt=True))
+        return node
+    return query.transform(rw)
+
+
 def _indent(text: str, n: int) -> str:
     pad = " " * n
     return "\n".join(pad + line if line else line for line in text.splitlines())
@@ -684,7 +696,20 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             names[s.name] = f"{prefix}t{k}"
 
     labels = {v: k for k, v in names.items()}
-    statements = rename_temporaries(split_snapshot_or(plan.statements), names)
+    no_equality = any(_no_equality(_dtype(column_types[t][c])) for t in base
+                      for c in tables[t].column_names if c in column_types[t])
+    # change tables read only as sums of per-image contributions (``planner.linear``): the
+    # Δ-script reads their pending log rows, unfolded (no fold, no scratch table); not where a
+    # table's changes are checked against the declared ones (the checks read the fold)
+    linear = frozenset() if no_equality else frozenset(
+        t for t in base if change_table(t) in linear_change_tables(
+            plan.statements, {change_table(t): tables[t].primary_key})
+        and not plan.undeclared_changes(t))
+    source: Sequence[Statement] = plan.statements
+    for t in sorted(linear):
+        source = read_from(source, change_table(t), log_images(
+            tables[t], log_ref(schema, t), pending_predicate(exp.column(PREV))))
+    statements = rename_temporaries(split_snapshot_or(source), names)
     base_changes = {names[change_table(t)] for t in base}
     # snapshots split into per-i-diff branches stay tables filled branch by branch
     branched = frozenset(s.name for s in statements if isinstance(s, Compute)
@@ -695,8 +720,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         if isinstance(s, Compute):
             rels[s.name] = Relation(s.name, labels[s.name], f"idivm__n{k}")
     fix: Fix = _same
-    if any(_no_equality(_dtype(column_types[t][c])) for t in base
-           for c in tables[t].column_names if c in column_types[t]):
+    if no_equality:
         types = relation_types(plan, names, tables, column_types, statements)
 
         def fix(e: exp.Expr) -> exp.Expr:
@@ -756,6 +780,12 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     delta: list[str] = []
     for t in base:
         r = rels[names[change_table(t)]]
+        if t in linear:  # read unfolded by the Δ-script: its log rows are its changes
+            delta.append(f"IF {logged[t]} > 0 THEN\n  {r.counter} := {logged[t]};\n"
+                         f"  idivm__total := idivm__total + {r.counter};\nEND IF;\n"
+                         f"idivm__changes := idivm__changes || "
+                         f"jsonb_build_object({lit(t)}, {r.counter});")
+            continue
         fold = fold_by_key(tables[t], log_ref(schema, t), pending_predicate(prev),
                            companion, server_types=column_types[t])
         ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
@@ -848,7 +878,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             if w is not None:
                 query.set("with_", w)
             create_temps.append(f"{unlogged.format(q(s.name))} AS "
-                                f"{fix(query).sql('postgres')} WITH NO DATA;")
+                                f"{fix(_outside(query)).sql('postgres')} WITH NO DATA;")
     if recomputes:  # the recomputing branch's: the stored relations' shapes
         for k, (m, _) in enumerate(plan.materialize_queries()):
             stored = f"{q(companion)}.{q(m.name)}"
@@ -874,7 +904,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     empty = "\n".join(
         f"IF {r.counter} > 0 THEN\n  DELETE FROM {q(r.name)};\n"
         f"  IF pg_relation_size({lit(q(r.name))}) > {SCRATCH_TRUNCATE_BYTES} THEN "
-        f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values())
+        f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values()
+        if r.name not in {names[change_table(t)] for t in linear})
     script.append(empty)
     delta.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
     body.append(_auto_block(name, companion))

@@ -79,7 +79,9 @@ class MaintenanceStats:
     """What one ``maintain`` did: rows per i-diff, time per statement, what ran and why."""
 
     view: str
-    changes: dict[str, int] = field(default_factory=dict)  # base table → effective changes
+    # base table → effective changes (keys); a table the Δ-script reads unfolded (sums only,
+    # ``planner.linear``): its log rows, an update counting twice
+    changes: dict[str, int] = field(default_factory=dict)
     idiff_rows: dict[str, int] = field(default_factory=dict)  # temp relation → rows
     applied_rows: dict[str, int] = field(default_factory=dict)  # "kind diff→target" → rows
     statement_seconds: list[tuple[str, float]] = field(default_factory=list)

@@ -35,6 +35,7 @@ from idivm import pipeline
 from idivm.catalog import Table
 from idivm.plan import Plan
 from idivm.planner.linear import linear_change_tables, read_from
+from idivm.planner.log_filter import log_filters
 from idivm.planner.model import change_table, fit
 from idivm.planner.prune import prune_empty
 from idivm.postgres.changelog import (
@@ -53,7 +54,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 9  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 10  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
@@ -705,10 +706,21 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         t for t in base if change_table(t) in linear_change_tables(
             plan.statements, {change_table(t): tables[t].primary_key})
         and not plan.undeclared_changes(t))
+    # the log images of each table the view can see (``planner.log_filter``): the others are
+    # left out of the fold (not where changes are checked against the declared ones)
+    seen = {} if no_equality or plan.strategy == "recompute" else {
+        t: f for t, f in log_filters(plan.root, [m.nid for m in plan.materialized]).items()
+        if t in tables and not plan.undeclared_changes(t)}
+
+    def pending(t: str) -> exp.Expr:
+        """The pending log rows of ``t`` the view can see."""
+        p = pending_predicate(exp.column(PREV))
+        return exp.and_(p, exp.paren(seen[t].copy())) if t in seen else p
+
     source: Sequence[Statement] = plan.statements
     for t in sorted(linear):
         source = read_from(source, change_table(t), log_images(
-            tables[t], log_ref(schema, t), pending_predicate(exp.column(PREV))))
+            tables[t], log_ref(schema, t), pending(t)))
     statements = rename_temporaries(split_snapshot_or(source), names)
     base_changes = {names[change_table(t)] for t in base}
     # snapshots split into per-i-diff branches stay tables filled branch by branch
@@ -786,7 +798,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                          f"idivm__changes := idivm__changes || "
                          f"jsonb_build_object({lit(t)}, {r.counter});")
             continue
-        fold = fold_by_key(tables[t], log_ref(schema, t), pending_predicate(prev),
+        fold = fold_by_key(tables[t], log_ref(schema, t), pending(t),
                            companion, server_types=column_types[t])
         ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
         delta.append(

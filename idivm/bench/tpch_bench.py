@@ -795,6 +795,7 @@ class QueryRun:
                     continue
                 took = time.perf_counter() - t0
                 rec[col] = {"s": took, "stats_s": stats.seconds, "changes": stats.changes,
+                            "log_rows": stats.log_rows,
                             "idiff_rows": stats.idiff_rows, "applied_rows": stats.applied_rows,
                             "statement_seconds": stats.statement_seconds}
                 if col == "auto":
@@ -894,9 +895,10 @@ def read_since(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str,
 
 
 def where_time_goes(q: dict[str, Any]) -> dict[str, Any] | None:
-    """The id maintain of the last round: changes consumed, rows read (base tables, stored
-    relations, logs), a lower bound of what a refresh must read (the changes plus the view
-    rows it changes), and its slowest statements."""
+    """The id maintain of the last round: changes consumed (the log rows it consumed: the
+    images of the rows it can see), rows read (base tables, stored relations, logs), a lower
+    bound of what a refresh must read (those log rows plus the view rows it changes), and its
+    slowest statements."""
     rounds = [r for r in q.get("rounds", []) if "id" in r and "rows_read" in r["id"]]
     if not rounds:
         return None
@@ -904,7 +906,7 @@ def where_time_goes(q: dict[str, Any]) -> dict[str, Any] | None:
     read: dict[str, int] = r["rows_read"]
     by_kind = {k: sum(v for n, v in read.items() if n.startswith(k + ":"))
                for k in ("base", "stored", "log")}
-    changes = sum(r["changes"].values())
+    changes = sum((r.get("log_rows") or r["changes"]).values())
     view_rows = sum(v for k, v in r["applied_rows"].items() if k.endswith("__store"))
     top = sorted(r["statement_seconds"], key=lambda x: -x[1])[:3]
     # the first maintain of a view in a session creates its temporary tables and plans its

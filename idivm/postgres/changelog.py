@@ -18,7 +18,12 @@ refused: a statement naming one of them changes rows of another without firing t
 statement triggers.
 
 The log holds the table's key and the columns some view reads; DDL on other columns is
-absorbed. The triggers fire ``ALWAYS`` (also under ``session_replication_role = replica``), a
+absorbed. It holds the row images some consumer can see: each registers the condition its
+rows must meet (``planner.log_filter``; none: every row), and the triggers log an image only
+if it meets one of them (a condition whose meaning depends on the session — time zones, date
+styles — is not used: a trigger runs in the writer's session).
+
+The triggers fire ``ALWAYS`` (also under ``session_replication_role = replica``), a
 TRUNCATE is logged as the deletion of every row, and a database-wide event trigger refuses
 DDL that would leave a view silently wrong (dropping, renaming or retyping a logged column,
 renaming the table, disabling the logging triggers).
@@ -26,10 +31,12 @@ renaming the table, disabling the logging triggers).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psycopg
+import sqlglot
 from sqlglot import exp
 
 from idivm.catalog import Table
@@ -56,6 +63,7 @@ __all__ = [
     "install_guard",
     "log_columns",
     "log_images",
+    "trigger_safe",
     "log_table_name",
     "pending_predicate",
     "prune",
@@ -76,6 +84,7 @@ RESERVED = (SEQ, OP, XID)
 _REGISTRY = "log_users"
 _PRUNED = "log_tables"  # per log: the xid below which every row was pruned
 _PRUNE_LOG = "prune_log"
+_SEEN = "seen"  # registry column: the row images a consumer can see
 _NEW_ROWS = "__idivm_new"
 _OLD_ROWS = "__idivm_old"
 
@@ -182,10 +191,13 @@ def log_columns(conn: psycopg.Connection, schema: str, table_name: str) -> list[
     return [c for c in column_types(conn, comp, log_table_name(table_name)) if c not in RESERVED]
 
 
-def _log_insert(log: exp.Table, columns: Sequence[str], op: str, source: str) -> str:
+def _log_insert(log: exp.Table, columns: Sequence[str], op: str, source: str,
+                where: exp.Expr | None = None) -> str:
     select = exp.select(exp.Literal.string(op), *[_col(c) for c in columns]).from_(
         exp.Table(this=_ident(source))
     )
+    if where is not None:
+        select = select.where(where.copy())
     stmt = exp.insert(select, log, columns=[_ident(OP), *[_ident(c) for c in columns]])
     return stmt.sql("postgres")
 
@@ -200,13 +212,17 @@ def dollar_quote(body: str) -> str:
 
 
 def _function_bodies(schema: str, table_name: str, columns: Sequence[str],
-                     source: tuple[str, str] | None = None) -> dict[str, str]:
+                     source: tuple[str, str] | None = None, where: exp.Expr | None = None
+                     ) -> dict[str, str]:
+    """The logging triggers' bodies: every row image (``where``: only those meeting it)."""
     log = exp.Table(this=_ident(log_table_name(table_name)), db=_ident(companion_schema(schema)))
-    ins_new = _log_insert(log, columns, OP_INSERT, _NEW_ROWS)
-    ins_old = _log_insert(log, columns, OP_DELETE, _OLD_ROWS)
+    ins_new = _log_insert(log, columns, OP_INSERT, _NEW_ROWS, where)
+    ins_old = _log_insert(log, columns, OP_DELETE, _OLD_ROWS, where)
     home, rel = source or (schema, table_name)
     base = exp.Table(this=_ident(rel), db=_ident(home))
     every = exp.select(exp.Literal.string(OP_DELETE), *[_col(c) for c in columns]).from_(base)
+    if where is not None:
+        every = every.where(where.copy())
     truncated = exp.insert(every, log, columns=[_ident(OP), *[_ident(c) for c in columns]])
     return {
         "ins": f"BEGIN\n  {ins_new};\n  RETURN NULL;\nEND",
@@ -243,7 +259,8 @@ def _trigger_ddl(schema: str, table_name: str, kind: str,
 
 def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
             columns: Sequence[str] | None = None,
-            source: tuple[str, str] | None = None) -> None:
+            source: tuple[str, str] | None = None,
+            seen: exp.Expr | None = None) -> None:
     """Log changes of ``table`` for ``view`` (the key and ``columns``, default all), from this
     transaction's snapshot on; the caller may move the watermark later (``advance``) within
     the transaction that reads the table's rows.
@@ -254,6 +271,12 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
 
     The log is widened when ``columns`` holds columns it does not have yet. Reinstalling an
     already registered view resets its watermark.
+
+    ``seen``: a condition on the table's columns that every row image ``view`` can see meets
+    (``planner.log_filter``). The triggers log only images some registered consumer can see —
+    none left out while a consumer registered without one (or with one ``trigger_safe``
+    rejects) uses the table; a consumer dropped leaves them as they are (logging more than
+    needed) until the next install.
     """
     comp = companion_schema(schema)
     log_name = log_table_name(table.name)
@@ -280,6 +303,8 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
             "tbl text NOT NULL, view text NOT NULL, watermark pg_snapshot NOT NULL, "
             "PRIMARY KEY (tbl, view))"
         )
+        # the images the consumer can see (SQL over the table's columns; NULL: every one)
+        conn.execute(f"ALTER TABLE {_registry_ref(schema)} ADD COLUMN IF NOT EXISTS {_SEEN} text")
         conn.execute(
             f"CREATE TABLE IF NOT EXISTS {_qualified(comp, _PRUNED)} ("
             "tbl text PRIMARY KEY, pruned xid8 NOT NULL)")
@@ -305,9 +330,22 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
                 if c not in have:  # waits for writers with rows in the log, blocks new ones
                     conn.execute(f"ALTER TABLE {_qualified(comp, log_name)} ADD COLUMN "
                                  f"{q(c)} {typed[c]}")
+        mine = seen if seen is not None and trigger_safe(seen, typed) else None
+        conn.execute(
+            f"INSERT INTO {_registry_ref(schema)} (tbl, view, watermark, {_SEEN}) "
+            "VALUES (%s, %s, pg_current_snapshot(), %s) "
+            f"ON CONFLICT (tbl, view) DO UPDATE SET watermark = EXCLUDED.watermark, "
+            f"{_SEEN} = EXCLUDED.{_SEEN}",
+            (table.name, view, None if mine is None else mine.sql("postgres")),
+        )
+        conds = [r[0] for r in conn.execute(
+            f"SELECT {_SEEN} FROM {_registry_ref(schema)} WHERE tbl = %s ORDER BY view",
+            (table.name,))]
+        where = None if any(c is None for c in conds) else exp.or_(
+            *[exp.paren(sqlglot.parse_one(c, dialect="postgres")) for c in dict.fromkeys(conds)])
         # the trigger DDL waits for in-flight writers of the table: rows they wrote before it
         # are in the snapshot the view is materialized in
-        for kind, body in _function_bodies(schema, table.name, logged, source).items():
+        for kind, body in _function_bodies(schema, table.name, logged, source, where).items():
             func = _qualified(comp, _function_name(table.name, kind))
             conn.execute(
                 f"CREATE OR REPLACE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql "
@@ -315,12 +353,42 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
             )
             for ddl in _trigger_ddl(schema, table.name, kind, source):
                 conn.execute(ddl)
-        conn.execute(
-            f"INSERT INTO {_registry_ref(schema)} (tbl, view, watermark) "
-            "VALUES (%s, %s, pg_current_snapshot()) "
-            "ON CONFLICT (tbl, view) DO UPDATE SET watermark = EXCLUDED.watermark",
-            (table.name, view),
-        )
+
+
+# server types whose comparisons and arithmetic do not depend on the session (TimeZone,
+# DateStyle, IntervalStyle, extra_float_digits): a logging trigger judges a row image in the
+# writer's session, the view in the maintainer's
+_SESSION_FREE = re.compile(r"^(smallint|integer|bigint|numeric(\(.*\))?|real|double precision|"
+                           r"boolean|text|character varying(\(.*\))?|character(\(.*\))?|"
+                           r'"char"|date)$')
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def trigger_safe(cond: exp.Expr, types: Mapping[str, str]) -> bool:
+    """Whether ``cond`` (over the columns ``types`` gives server types of) means the same in
+    every session: columns of session-free types, casts of literals only (a date literal in
+    ISO form), no string literal read as a date in another form."""
+    for col in cond.find_all(exp.Column):
+        t = types.get(col.name)
+        if t is None or not _SESSION_FREE.match(t):
+            return False
+    for cast in cond.find_all(exp.Cast):
+        if not isinstance(cast.this, exp.Literal):
+            return False
+        if cast.to.is_type(exp.DataType.Type.DATE) and not _ISO_DATE.match(cast.this.name):
+            return False
+        if not cast.to.is_type(exp.DataType.Type.DATE, *exp.DataType.NUMERIC_TYPES,
+                               *exp.DataType.TEXT_TYPES):
+            return False
+    dates = {c for c, t in types.items() if t == "date"}
+    if dates & {c.name for c in cond.find_all(exp.Column)}:
+        for lit_ in cond.find_all(exp.Literal):
+            if lit_.is_string and not isinstance(lit_.parent, exp.Cast) and \
+                    not _ISO_DATE.match(lit_.name) and any(
+                        isinstance(n, exp.Column) and n.name in dates
+                        for n in (lit_.parent.args.values() if lit_.parent else ())):
+                return False
+    return not any(isinstance(n, exp.Interval) for n in cond.walk())
 
 
 INHERITANCE_CHECK = """SELECT c.relkind = 'p', c.relispartition,

@@ -665,6 +665,16 @@ def _history_block(name: str, companion: str, ran: str, relations: Sequence[str]
 END IF;"""
 
 
+def visible(plan: Plan) -> dict[str, exp.Expr]:
+    """Per base table, the condition (on its columns) every row image the view can see meets
+    (``planner.log_filter``); none for a table whose changes are checked against the declared
+    ones (the checks read every change), nor for a recomputed view."""
+    if plan.strategy == "recompute":
+        return {}
+    return {t: f for t, f in log_filters(plan.root, [m.nid for m in plan.materialized]).items()
+            if not plan.undeclared_changes(t)}
+
+
 def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  tables: Mapping[str, Table], fingerprints: Mapping[str, str],
                  column_types: Mapping[str, Mapping[str, str]],
@@ -706,11 +716,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         t for t in base if change_table(t) in linear_change_tables(
             plan.statements, {change_table(t): tables[t].primary_key})
         and not plan.undeclared_changes(t))
-    # the log images of each table the view can see (``planner.log_filter``): the others are
-    # left out of the fold (not where changes are checked against the declared ones)
-    seen = {} if no_equality or plan.strategy == "recompute" else {
-        t: f for t, f in log_filters(plan.root, [m.nid for m in plan.materialized]).items()
-        if t in tables and not plan.undeclared_changes(t)}
+    # the log images of each table the view can see: the others are left out of the fold
+    seen = {} if no_equality else {t: f for t, f in visible(plan).items() if t in tables}
 
     def pending(t: str) -> exp.Expr:
         """The pending log rows of ``t`` the view can see."""

@@ -79,8 +79,9 @@ class MaintenanceStats:
     """What one ``maintain`` did: rows per i-diff, time per statement, what ran and why."""
 
     view: str
-    # base table → effective changes (keys); a table the Δ-script reads unfolded (sums only,
-    # ``planner.linear``): its log rows, an update counting twice
+    # base table → effective changes (keys) the view can see (``planner.log_filter``); a table
+    # the Δ-script reads unfolded (sums only, ``planner.linear``): its log rows, an update
+    # counting twice
     changes: dict[str, int] = field(default_factory=dict)
     idiff_rows: dict[str, int] = field(default_factory=dict)  # temp relation → rows
     applied_rows: dict[str, int] = field(default_factory=dict)  # "kind diff→target" → rows
@@ -313,6 +314,7 @@ class PostgresMaintainer:
                                           ).fetchone()
                 if taken and taken[0]:
                     raise BackendError(f"{self.schema}.{name} already exists")
+                seen = compile_.visible(p)  # the row images it can see, per table
                 for t in p.tables:
                     # a view it reads is logged from the writes to its stored table
                     source = (self.companion, self.plan_of(t).store.name) \
@@ -323,7 +325,7 @@ class PostgresMaintainer:
                             for k in read.table(t).primary_key))
                     self._check_key(t, read.table(t).primary_key, source)
                     changelog.install(self.conn, self.schema, read.table(t), name,
-                                      read.table(t).column_names, source)
+                                      read.table(t).column_names, source, seen.get(t))
             if changelog.install_guard(self.conn):
                 self._install_rewrite_guard()
         except psycopg.Error as e:

@@ -15,6 +15,11 @@ import idivm
 from idivm.planner.log_filter import log_filters
 from idivm.postgres import PostgresMaintainer
 
+try:
+    from tests.pg_batches import prepare, run_batches
+except ImportError:  # pragma: no cover
+    from pg_batches import prepare, run_batches  # type: ignore[no-redef]
+
 DDL = ("CREATE TABLE item (id int PRIMARY KEY, grp int, qty int, price int, tag text);\n"
        "CREATE TABLE grp (g int PRIMARY KEY, name text, region text);")
 
@@ -113,37 +118,25 @@ BATCHES: list[list[str]] = [
 
 @pytest.mark.parametrize("strategy", ["id", "tuple"])
 def test_filtered_logs_keep_views_exact(pg_dsn: str, pg_schema: str, strategy: str) -> None:
-    def rows(q: str | sql.Composable) -> Counter[tuple[Any, ...]]:
-        return Counter(tuple(r) for r in conn.execute(q))
-
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
-        conn.execute(DDL)
-        conn.execute("INSERT INTO grp VALUES (0, 'a', 'n'), (1, 'b', 's'), (2, 'c', 'n'), "
-                     "(3, 'd', 'w')")
-        conn.execute("INSERT INTO item SELECT g, g % 4, g % 8, g % 7, CASE WHEN g % 3 = 0 THEN "
-                     "'x' WHEN g % 5 = 0 THEN 'skip' END FROM generate_series(1, 40) g")
+        prepare(conn, pg_schema,
+                DDL,
+                "INSERT INTO grp VALUES (0, 'a', 'n'), (1, 'b', 's'), (2, 'c', 'n'), "
+                "(3, 'd', 'w')",
+                "INSERT INTO item SELECT g, g % 4, g % 8, g % 7, CASE WHEN g % 3 = 0 THEN "
+                "'x' WHEN g % 5 = 0 THEN 'skip' END FROM generate_series(1, 40) g")
         with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
             for name, q in VIEWS.items():
                 m.create_view(name, q, strategy=strategy)
-            for k, batch in enumerate(BATCHES):
-                half = len(batch) // 2  # two transactions: the first half, the rest
-                for part in (batch[:half], batch[half:]):
-                    with conn.transaction():
-                        for step in part:
-                            conn.execute(step)
-                for name, q in VIEWS.items():
-                    m.maintain(name)
-                    got = rows(sql.SQL("SELECT * FROM {}").format(sql.Identifier(name)))
-                    assert got == rows(q), (name, k)
+            run_batches(conn, m, VIEWS, BATCHES)
 
 
 def test_rows_the_view_cannot_see_are_not_folded(pg_dsn: str, pg_schema: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
-        conn.execute(DDL)
-        conn.execute("INSERT INTO item SELECT g, g % 4, g % 8, g, NULL "
-                     "FROM generate_series(1, 100) g")
+        prepare(conn, pg_schema,
+                DDL,
+                "INSERT INTO item SELECT g, g % 4, g % 8, g, NULL "
+                "FROM generate_series(1, 100) g")
         with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
             m.create_view("big", "SELECT id, price FROM item WHERE qty = 7")
             conn.execute("UPDATE item SET price = price + 1")  # 100 rows, 12 of them seen
@@ -164,11 +157,11 @@ def test_triggers_log_only_what_some_view_can_see(pg_dsn: str, pg_schema: str) -
     same table that sees every row (or whose condition would mean something else in another
     session: a timestamptz compared with a literal) makes them log everything again."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
-        conn.execute(DDL)
-        conn.execute("ALTER TABLE item ADD COLUMN at timestamptz")
-        conn.execute("INSERT INTO item SELECT g, g % 4, g % 8, g, NULL, now() "
-                     "FROM generate_series(1, 100) g")
+        prepare(conn, pg_schema,
+                DDL,
+                "ALTER TABLE item ADD COLUMN at timestamptz",
+                "INSERT INTO item SELECT g, g % 4, g % 8, g, NULL, now() "
+                "FROM generate_series(1, 100) g")
         with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
             m.create_view("sevens", "SELECT id, price FROM item WHERE qty = 7")
             m.create_view("ones", "SELECT id, price FROM item WHERE qty = 1 AND tag IS NULL")

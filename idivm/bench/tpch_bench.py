@@ -165,20 +165,6 @@ def settle(conn: Conn) -> None:
     conn.execute("CHECKPOINT")
 
 
-def settle_batch(conn: Conn, schema: str) -> float:
-    """After a batch, untimed: VACUUM (heap only) the tables it wrote and the change logs, so
-    that the hint bits of the rows it wrote are set before the columns' refreshes, not by
-    whichever of them runs first in the round (in one SF 1 run the first of the
-    round took up to 1.4× the others' time for the same work); seconds taken."""
-    t0 = time.perf_counter()
-    logs = [sql.Identifier(str(r[0]), str(r[1])) for r in conn.execute(
-        "SELECT schemaname, tablename FROM pg_tables WHERE schemaname = %s "
-        "AND starts_with(tablename, 'log__')", (f"{schema}__idivm",))]
-    for t in [*(sql.Identifier(schema, t) for t in TABLES), *logs]:
-        conn.execute(sql.SQL("VACUUM (INDEX_CLEANUP OFF, PROCESS_TOAST OFF) {}").format(t))
-    return time.perf_counter() - t0
-
-
 def load(conn: Conn, sf: float, fk_indexes: bool = True) -> dict[str, Any]:
     """Generate TPC-H at ``sf`` with DuckDB and COPY it (as CSV) into the connection's schema,
     with indexes on the foreign keys unless not ``fk_indexes``; returns the seconds per phase
@@ -783,7 +769,6 @@ class QueryRun:
                                    "apply_s": apply_batch(self.conn, batch)}
             if self.peer is not None and "pg_ivm" not in live:  # untimed: the copy follows
                 rec["pg_ivm_copy_s"] = self.peer.apply(batch)
-            rec["settle_s"] = settle_batch(self.conn, self.schema)
             stop = False
             expected_rows: list[tuple[Any, ...]] | None = None
             for col in order:
@@ -845,7 +830,6 @@ class QueryRun:
             return
         batch = self.refresher.build()
         rec: dict[str, Any] = {"batch": batch.counts, "apply_s": apply_batch(self.conn, batch)}
-        settle_batch(self.conn, self.schema)
         self.rec["explain"] = rec
         if self.peer is not None:
             if "pg_ivm" in live:

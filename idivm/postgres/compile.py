@@ -712,10 +712,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     # change tables read only as sums of per-image contributions (``planner.linear``): the
     # Δ-script reads their pending log rows, unfolded (no fold, no scratch table); not where a
     # table's changes are checked against the declared ones (the checks read the fold)
-    linear = frozenset() if no_equality else frozenset(
-        t for t in base if change_table(t) in linear_change_tables(
-            plan.statements, {change_table(t): tables[t].primary_key})
-        and not plan.undeclared_changes(t))
+    summed = frozenset() if no_equality else linear_change_tables(
+        plan.statements, {change_table(t): tables[t].primary_key for t in base
+                          if not plan.undeclared_changes(t)})
+    linear = frozenset(t for t in base if change_table(t) in summed)
     # the log images of each table the view can see: the others are left out of the fold
     seen = {} if no_equality else {t: f for t, f in visible(plan).items() if t in tables}
 
@@ -920,11 +920,12 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
 
     # scratch relations are not vacuumed: a DELETE's space is reused once the pages are pruned,
     # and a table grown past 8 MB by a large batch is truncated
+    unfolded = {names[change_table(t)] for t in linear}  # (no scratch rows to delete)
     empty = "\n".join(
         f"IF {r.counter} > 0 THEN\n  DELETE FROM {q(r.name)};\n"
         f"  IF pg_relation_size({lit(q(r.name))}) > {SCRATCH_TRUNCATE_BYTES} THEN "
         f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values()
-        if r.name not in {names[change_table(t)] for t in linear})
+        if r.name not in unfolded)
     script.append(empty)
     delta.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
     body.append(_auto_block(name, companion))

@@ -18,6 +18,7 @@ from idivm.planner.idiff_schemas import Changes, analyze, generate
 from idivm.planner.ids import infer_ids
 from idivm.planner.instantiate import RuleDag, instantiate
 from idivm.planner.model import STRATEGIES, BaseSchema, NodeInfo, Strategy
+from idivm.planner.rewrite import rewrite
 from idivm.render import render
 from idivm.script import Apply, Compute, Dialect, Statement, to_sql
 
@@ -162,11 +163,12 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
     (tables qualified by it are accepted; any other qualification is refused)."""
     if strategy not in STRATEGIES:
         raise IdivmError(f"unknown strategy {strategy!r}: use {', '.join(STRATEGIES)}")
-    view = parse_view(view_sql, catalog, dialect, schema=schema)
+    view = _rewritten(parse_view(view_sql, catalog, dialect, schema=schema), catalog)
     root, infos = infer_ids(view.root, catalog)  # pass 1
     narrow = read_catalog(root, infos, catalog)
     if narrow.tables != catalog.tables:  # plan over just the columns the view reads
-        view = parse_view(view_sql, catalog, dialect, narrow=narrow, schema=schema)
+        view = _rewritten(parse_view(view_sql, catalog, dialect, narrow=narrow, schema=schema),
+                          narrow)
         catalog = narrow
         root, infos = infer_ids(view.root, catalog)
     if strategy == "recompute":
@@ -186,6 +188,11 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
         stmts.append(st)
     stmts = minimize.compose_queries(minimize.drop_unread(minimize.inline_single_use(stmts)))
     return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog, strategy)
+
+
+def _rewritten(view: ViewQuery, catalog: Catalog) -> ViewQuery:
+    """The view with its algebra rewritten (``planner/rewrite.py``) before pass 1."""
+    return dataclasses.replace(view, root=rewrite(view.root, catalog))
 
 
 def read_catalog(root: A.Node, infos: Mapping[int, NodeInfo], catalog: Catalog) -> Catalog:

@@ -21,6 +21,7 @@ from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo, placeholder, post_name, pre_name
 from idivm.planner.ruleapi import (
     OperatorRule,
+    RestrictStep,
     RuleContext,
     c,
     exists,
@@ -440,11 +441,11 @@ def fresh(f: Flattener, node: A.Node) -> None:
     f.derived_atom(node)
 
 
-def restrict(node: A.Node, cols: tuple[str, ...]) -> tuple[int, dict[str, str]] | None:
+def restrict(node: A.Node, cols: tuple[str, ...]) -> tuple[RestrictStep, ...]:
     """A semi-join on group-by columns names whole groups: it goes below γ (on those)."""
     assert isinstance(node, A.Aggregate)
     on = {k: k for k in cols if k in set(node.group_by)}
-    return (0, on) if on else None
+    return ((0, on),) if on else ()
 
 
 RULE = OperatorRule(op=A.Aggregate, paper="Tables 7, 9, 11, 12", infer=infer,

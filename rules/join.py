@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from idivm import algebra as A
@@ -21,6 +21,8 @@ from idivm.planner.ruleapi import (
     not_true,
     restrict_into,
     select,
+    subquery,
+    union_all,
 )
 from idivm.render import Flat, Renderer
 
@@ -105,27 +107,90 @@ def _flips(ctx: RuleContext, node: A.Join, idx: int, d: DiffNode) -> list[DiffNo
     phi_pre = ctx.bind(node.predicate, {**o, **pre})
     assert phi_post is not None and phi_pre is not None
 
+    ranged = _ranged(node, idx)
+
     def rows(items: list[tuple[str, A.exp.Expr]], now: A.exp.Expr, was: A.exp.Expr,
-             distinct: bool = False) -> A.exp.Select:
-        q = select(items, ctx.fetch("post", side.nid, d, "f"), distinct=distinct)
-        nullable = ctx.info(side.nid).nullable
-        q = q.join(ctx.rel(d, "i"), on=match([(k, k) for k in s.ids], "f", "i",
-                                             {k: True for k in s.ids if nullable.get(k, True)}))
-        return q.join(ctx.state("post", other.nid, "o"), on=and_all([is_true(now),
-                                                                     not_true(was)]))
+             distinct: bool = False, ranges: list[A.exp.Expr] | None = None) -> A.exp.Select:
+        def branch(on: A.exp.Expr) -> A.exp.Select:
+            q = select(items, ctx.fetch("post", side.nid, d, "f"), distinct=distinct)
+            nullable = ctx.info(side.nid).nullable
+            q = q.join(ctx.rel(d, "i"), on=match(
+                [(k, k) for k in s.ids], "f", "i",
+                {k: True for k in s.ids if nullable.get(k, True)}))
+            return q.join(ctx.state("post", other.nid, "o"), on=on)
+
+        if not ranges:
+            return branch(and_all([is_true(now), not_true(was)]))
+        both = union_all([branch(r) for r in ranges])
+        return select([(k, c(k, "b")) for k, _ in items], subquery(both, "b"),
+                      distinct=distinct)
+
+    def flipped(x: str, op: type[A.exp.Expr], v: str, now: dict[str, A.exp.Expr],
+                was: dict[str, A.exp.Expr]) -> list[A.exp.Expr]:
+        """x op v holds with ``now``'s v and not with ``was``'s: x op v_now where v_was is
+        NULL, else x op v_now ∧ x (not op) v_was — two ranges of x an index reads."""
+        holds = op(this=c(x, "o"), expression=now[v].copy())
+        return [and_all([holds, A.exp.Is(this=was[v].copy(), expression=A.exp.null())]),
+                and_all([holds.copy(), NEGATED[op](this=c(x, "o"), expression=was[v].copy())])]
 
     ids = ctx.info(node.nid).ids
     where = {k: "o" if k in other.columns else "f" for k in node.columns}
+    stops = starts = None
+    if ranged is not None:
+        x, op, v = ranged
+        stops, starts = flipped(x, op, v, pre, post), flipped(x, op, v, post, pre)  # type: ignore[arg-type]
     dele = ctx.emit("del", node.nid, ids, rows([(k, c(k, where[k])) for k in ids], phi_pre,
-                                                phi_post, distinct=True),
+                                                phi_post, distinct=True, ranges=stops),
                     f"⋈ over a one-row {sym}: Δu_{sym} on join attributes → Δ- where φ stops "
                     "holding", [d])
     ins = ctx.emit("ins", node.nid, ids, rows([(k, c(k, where[k])) for k in node.columns],
-                                              phi_post, phi_pre),
+                                              phi_post, phi_pre, ranges=starts),
                    f"⋈ over a one-row {sym}: Δ+ where φ starts holding ⋈ Input_other_post", [d])
     upd = ctx.passthrough(d, node.nid, f"⋈ over a one-row {sym}: Δu_{sym} passes to the rows "
                                        "where φ holds throughout")
     return [dele, ins, upd]
+
+
+# x op v and the negation of it where neither x nor v is NULL
+NEGATED: dict[type[A.exp.Expr], type[A.exp.Expr]] = {
+    A.exp.GT: A.exp.LTE, A.exp.GTE: A.exp.LT, A.exp.LT: A.exp.GTE, A.exp.LTE: A.exp.GT}
+MIRRORED: dict[type[A.exp.Expr], type[A.exp.Expr]] = {
+    A.exp.GT: A.exp.LT, A.exp.GTE: A.exp.LTE, A.exp.LT: A.exp.GT, A.exp.LTE: A.exp.GTE}
+
+
+def _ranged(node: A.Join, idx: int) -> tuple[str, type[A.exp.Expr], str] | None:
+    """φ as one comparison x op v of a column x of the other input with a column v of input
+    ``idx`` (a one-row input): (x, op, v); None for any other φ. The rows such a φ flips for
+    are a range of x."""
+    side, other = node.children[idx], node.children[1 - idx]
+    p = node.predicate
+    while isinstance(p, A.exp.Paren):
+        p = p.this
+    if p is None or type(p) not in NEGATED or not (
+            isinstance(p.this, A.exp.Column) and isinstance(p.expression, A.exp.Column)):
+        return None
+    a, b, op = p.this.name, p.expression.name, type(p)
+    if a in side.columns and b in other.columns:
+        a, b, op = b, a, MIRRORED[op]
+    if a in other.columns and b in side.columns:
+        return a, op, b
+    return None
+
+
+def caches(node: A.Node, infos: Mapping[int, NodeInfo]) -> tuple[int, tuple[str, ...]] | None:
+    """The other input of a ⋈ over a one-row input whose φ compares it with the one row: a
+    cache indexed on the compared column, so the rows a change of the one row flips are read
+    as a range of it (TPC-H Q22: the customers whose balance lies between the old and the new
+    average) instead of by scanning the input."""
+    assert isinstance(node, A.Join)
+    for idx in (0, 1):
+        other = node.children[1 - idx]
+        ranged = _ranged(node, idx)
+        if ranged is None or not infos[node.children[idx].nid].one_row \
+                or infos[other.nid].one_row or infos[other.nid].multivalued:
+            continue
+        return 1 - idx, (ranged[0],)
+    return None
 
 
 def _join_other(ctx: RuleContext, node: A.Join, idx: int, d: DiffNode, alias: str,
@@ -167,5 +232,5 @@ def fresh(f: Flattener, node: A.Node) -> None:
 RULE = OperatorRule(op=A.Join, paper="Tables 4, 10", infer=infer, propagate=propagate,
                     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
                     render=render, combines=True, fresh=fresh,
-                    restrict=restrict_into(0, 1))
+                    restrict=restrict_into(0, 1), caches=caches)
 

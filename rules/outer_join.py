@@ -3,7 +3,9 @@
 IDs (Table 1, extended): ID(l) ∪ ID(r), as for ⋈. A padded row holds NULL in the IDs of the
 side it pads, and it is the only row with its preserved side's IDs (a row with a match has none),
 so the IDs stay a key; they are compared null-safely (stores key them NULLS NOT DISTINCT). φ's
-equalities are *not* equivalences here: a padded row has l.k but NULL for r.k.
+equalities are *not* equivalences here: a padded row has l.k but NULL for r.k. A left join whose
+φ is only equalities binding every ID of r to an ID of l (``lookup``) gives each l row at most
+one row: ID(l) alone is the key, and a Δu of r names its rows by the IDs of l it equals.
 
 i-diff rules (in the style of Larson & Zhou's outer-join maintenance, by IDs):
 - Δu on attributes φ does not read passes, named by the IDs of its side: matching is unchanged,
@@ -21,6 +23,7 @@ inserted once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from sqlglot import exp
@@ -30,6 +33,7 @@ from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo
 from idivm.planner.ruleapi import (
     OperatorRule,
+    RestrictStep,
     RuleContext,
     and_all,
     c,
@@ -50,8 +54,32 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
     nullable.update({k: True for k in padded})
     # φ's equalities are no equivalences: they fail on padded rows
     # (the preserved side's constants stay: a padded one is NULL on the rows without a match)
-    return node, combined(li, ri, li.equiv + ri.equiv, nullable, True,
-                          frozenset() if node.full else li.constant)
+    info = combined(li, ri, li.equiv + ri.equiv, nullable, True,
+                    frozenset() if node.full else li.constant)
+    if lookup(node, li.ids, ri.ids) is not None:
+        info = dataclasses.replace(info, ids=li.ids)
+    return node, info
+
+
+def lookup(node: A.OuterJoin, l_ids: Sequence[str], r_ids: Sequence[str]
+           ) -> dict[str, str] | None:
+    """For a left join whose φ is only equalities l.a = r.b binding every ID of r to an ID of
+    l: each ID of r → the ID of l it equals (each l row joins at most the one r row with those
+    IDs). None otherwise."""
+    if node.full or not r_ids:
+        return None
+    bound: dict[str, str] = {}
+    for cj in A.conjuncts(node.predicate):
+        if not (isinstance(cj, exp.EQ) and isinstance(cj.left, exp.Column)
+                and isinstance(cj.right, exp.Column)):
+            return None
+        a, b = cj.left.name, cj.right.name
+        if a in r_ids and b in l_ids:
+            a, b = b, a
+        if not (a in l_ids and b in r_ids):
+            return None
+        bound.setdefault(b, a)
+    return bound if set(r_ids) <= set(bound) else None
 
 
 def _preserved(node: A.OuterJoin) -> tuple[int, ...]:
@@ -69,6 +97,9 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     sym = _sym(idx)
     on_side = A.referenced(node.predicate) & set(side.columns)
     if s.kind == "upd" and not on_side & set(s.post) and not _padded_ids_nullable(ctx, node, idx):
+        named = lookup(node, ctx.info(node.left.nid).ids, ctx.info(node.right.nid).ids)
+        if idx == 1 and named is not None and set(s.ids) <= set(named):
+            return [_by_left_ids(ctx, node, d, named)]
         return [ctx.passthrough(d, nid, f"⟕: Δu_{sym} on attributes φ does not read passes")]
     if idx == 0 and not node.full and s.kind == "ins":
         return [ctx.emit("ins", nid, ctx.info(nid).ids, _pad_join(ctx, node, d),
@@ -79,6 +110,20 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
     for dele in touched(ctx, node, idx, d):
         out += [dele, rederive(ctx, node, dele, "⟕: Δ+ = Input_post ⋉_IDs Δ-")]
     return out
+
+
+def _by_left_ids(ctx: RuleContext, node: A.OuterJoin, d: DiffNode, named: dict[str, str]
+                 ) -> DiffNode:
+    """Δu_r of a lookup join (φ binds r's IDs to l's): the l rows joining the changed r row
+    are those whose IDs equal its IDs, so the Δu names them by those IDs of l."""
+    s = d.schema
+    ids = tuple(dict.fromkeys(named[k] for k in s.ids))
+    cols = s.columns(ctx.cols(s.nid))
+    items = [(named[x], c(x, "i")) for x in s.ids] + [(x, c(x, "i")) for x in cols
+                                                       if x not in s.ids]
+    q = select(list(dict.fromkeys(items)), ctx.rel(d, "i"))
+    return ctx.emit("upd", node.nid, ids, q, "⟕: Δu_r on attributes φ does not read passes, "
+                    "named by the IDs of l that φ equals to r's", [d], s.pre, s.post)
 
 
 def _padded_ids_nullable(ctx: RuleContext, node: A.OuterJoin, idx: int) -> bool:
@@ -182,11 +227,31 @@ def render(r: Renderer, node: A.Node) -> Flat:
     return Flat(lf.sources + [(rs, on, "full" if node.full else "left")], lf.where, cols)
 
 
+def restrict(node: A.Node, cols: tuple[str, ...]) -> tuple[RestrictStep, ...]:
+    """A left join's rows named on columns of l: those of the named l rows, so the semi-join
+    goes into l, and into r on each r column φ equates to one of those columns (the r rows
+    such a row joins; a padded row stays padded, as none of its possible matches is left
+    out)."""
+    assert isinstance(node, A.OuterJoin)
+    if node.full:
+        return ()
+    into_l = restrict_into(0)(node, cols)
+    if not into_l:
+        return ()
+    on = into_l[0][1]
+    into_r: dict[str, str] = {}
+    for a, b in A.equalities(node.predicate):
+        if a in set(node.right.columns):
+            a, b = b, a
+        if a in on and b in set(node.right.columns):
+            into_r.setdefault(a, b)
+    return into_l + (((1, into_r),) if into_r else ())
+
+
 RULE = OperatorRule(
     op=A.OuterJoin, paper="Larson & Zhou; Gupta & Mumick (outer joins), by IDs", infer=infer,
     propagate=propagate,
     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
-    render=render, combines=True, restrict=lambda n, cols: None if n.full  # type: ignore[attr-defined]
-    else restrict_into(0)(n, cols),
+    render=render, combines=True, restrict=restrict,
     fresh_refusal=("outer join", "fresh views maintain inner select-project-join-aggregate "
                    "queries; a padded row is not a product of relation atoms"))

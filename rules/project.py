@@ -12,7 +12,14 @@ from sqlglot import exp
 from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo, post_name, pre_name
-from idivm.planner.ruleapi import OperatorRule, RuleContext, c, minimize_key, select
+from idivm.planner.ruleapi import (
+    OperatorRule,
+    RestrictStep,
+    RuleContext,
+    c,
+    minimize_key,
+    select,
+)
 from idivm.planner.typing_ import expression_type
 from idivm.render import Flat, Renderer
 
@@ -168,13 +175,13 @@ def fresh(f: Flattener, node: A.Node) -> None:
         f.env[name] = f.convert(e)
 
 
-def restrict(node: A.Node, cols: tuple[str, ...]) -> tuple[int, dict[str, str]] | None:
+def restrict(node: A.Node, cols: tuple[str, ...]) -> tuple[RestrictStep, ...]:
     """A semi-join on output columns that are input columns renamed goes below π (on
     those)."""
     assert isinstance(node, A.Project)
     exprs = dict(node.exprs)
     on = {k: e.name for k in cols if isinstance(e := exprs[k], exp.Column)}
-    return (0, on) if on else None
+    return ((0, on),) if on else ()
 
 
 RULE = OperatorRule(op=A.Project, paper="Table 8", infer=infer, propagate=propagate,

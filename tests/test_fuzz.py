@@ -43,7 +43,7 @@ def test_generator_is_deterministic_by_seed() -> None:
 
 
 def test_generator_covers_the_supported_constructs() -> None:
-    text = " ".join(v for s in range(40) for v in random_case(s, FuzzConfig(), 5, 0).views)
+    text = " ".join(v for s in range(80) for v in random_case(s, FuzzConfig(), 5, 0).views)
     for construct in ("LEFT JOIN", "RIGHT JOIN", "FULL JOIN", " JOIN ", "GROUP BY", "HAVING",
                       "DISTINCT", "NOT EXISTS", "EXISTS", " IN (SELECT", "NOT IN (SELECT",
                       "UNION ALL", "UNION SELECT", "EXCEPT", "INTERSECT", "WITH ", "BETWEEN",

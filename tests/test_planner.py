@@ -119,6 +119,42 @@ def test_outer_join_ids_are_both_sides_and_the_padded_ones_nullable() -> None:
     assert isinstance(oj.right, A.Select)  # the padded side's ON condition filters it first
 
 
+def test_an_aggregate_by_the_preserved_key_is_pushed_below_the_left_join() -> None:
+    """TPC-H Q13's shape: γ by the customer over customers ⟕ orders counts per customer what
+    a γ of orders by custkey counts per key; the outer join then looks one row up per
+    customer (its IDs: the customer's), and a Δu of a count names the customer by its key."""
+    p = idivm.plan("SELECT c.custkey, count(o.orderkey) AS n, count(*) AS r, sum(o.qty) AS q "
+                   "FROM customers c LEFT JOIN orders o ON c.custkey = o.custkey AND o.qty > 1 "
+                   "GROUP BY c.custkey", ORDERS)
+    [oj] = [n for n in A.walk(p.root) if isinstance(n, A.OuterJoin)]
+    assert isinstance(oj.right, A.Aggregate) and oj.right.group_by == ("o__custkey",)
+    assert isinstance(oj.right.child, A.Select)  # the padded side's ON condition below γ
+    assert p.infos[oj.nid].ids == ("c__custkey",)
+    [top] = [n for n in A.walk(p.root) if isinstance(n, A.Project) and n.child is oj]
+    values = {k: e.sql() for k, e in top.exprs}
+    assert values["agg__count"] == 'COALESCE("agg__count__r", 0)'
+    assert values["agg__count_star"] == 'COALESCE("agg__count_star__r", 1)'  # the padded row
+    assert values["agg__sum"] == '"agg__sum__r"'
+    # a condition on the preserved side, or a group without the preserved key: not pushed
+    for sql in ("SELECT c.custkey, count(o.orderkey) AS n FROM customers c LEFT JOIN orders o "
+                "ON c.custkey = o.custkey AND c.name > 'a' AND o.qty > c.custkey "
+                "GROUP BY c.custkey",
+                "SELECT c.name, count(o.orderkey) AS n FROM customers c LEFT JOIN orders o "
+                "ON c.custkey = o.custkey GROUP BY c.name"):
+        p = idivm.plan(sql, ORDERS)
+        [oj] = [n for n in A.walk(p.root) if isinstance(n, A.OuterJoin)]
+        assert not isinstance(oj.right, A.Aggregate)
+
+
+def test_a_left_join_on_the_other_sides_key_names_a_change_by_the_preserved_ids() -> None:
+    p = idivm.plan("SELECT o.orderkey, c.name FROM orders o LEFT JOIN customers c "
+                   "ON c.custkey = o.orderkey", ORDERS)
+    [oj] = [n for n in A.walk(p.root) if isinstance(n, A.OuterJoin)]
+    assert p.infos[oj.nid].ids == ("o__orderkey",)
+    upd = [d for d in p.dag.diffs.values() if d.schema.nid == oj.nid and d.schema.kind == "upd"]
+    assert upd and all(d.schema.ids == ("o__orderkey",) for d in upd)
+
+
 def test_correlated_scalar_subquery_becomes_a_grouped_aggregate_joined_in() -> None:
     p = idivm.plan("SELECT o.orderkey FROM orders o WHERE o.qty > "
                    "(SELECT avg(o2.qty) FROM orders o2 WHERE o2.custkey = o.custkey)", ORDERS)

@@ -136,7 +136,9 @@ def _join_cond(ctx: _Ctx, left: list[Col], right: list[Col], theta: bool) -> str
     ints = [p for p in pairs if p[0].kind == "int"]
     if not pairs:
         return None
-    a, b = ctx.rng.choice(ints if ints and ctx.rng.random() < 0.8 else pairs)
+    keyed = [p for p in pairs if p[0] in _first_key(ctx, left)]
+    a, b = ctx.rng.choice(keyed if keyed and ctx.rng.random() < 0.3 else
+                          ints if ints and ctx.rng.random() < 0.8 else pairs)
     op = ctx.rng.choice(["<", "<=", ">", "<>"]) if theta and a.kind != "text" else "="
     cond = f"{a.ref} {op} {b.ref}"
     if ctx.rng.random() < 0.15:
@@ -392,12 +394,28 @@ def _agg(ctx: _Ctx, env: list[Col], kind: str | None) -> tuple[str, str, bool]:
     return "COUNT(*)", "int", False
 
 
+def _first_key(ctx: _Ctx, env: list[Col]) -> list[Col]:
+    """The primary-key columns of the first FROM item when it is a base table (the preserved
+    side of the left joins after it), else none."""
+    if not env:
+        return []
+    mine = [c for c in env if c.qual == env[0].qual]
+    names = {c.name for c in mine}
+    for t in ctx.schema.tables:
+        if {c.name for c in t.columns} == names:
+            return [c for c in mine if c.name in t.primary_key]
+    return []
+
+
 def _aggregate(ctx: _Ctx, depth: int, env: list[Col], text: str, where: list[str],
                sig: list[str] | None) -> tuple[str, list[OutCol]]:
     rng = ctx.rng
     groupable = [c for c in env if c.kind not in ("json",)]
     n_group = rng.choices([0, 1, 2], [20, 55, 25])[0] if sig is None else 0
     keys = rng.sample(groupable, min(n_group, len(groupable)))
+    first = _first_key(ctx, env)
+    if sig is None and first and rng.random() < 0.25:  # by the first item's key (Q13's shape)
+        keys = first
     items: list[str] = []
     out: list[OutCol] = []
     if sig is not None:

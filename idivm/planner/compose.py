@@ -41,10 +41,11 @@ FETCH = re.compile(r"^__fetch__(post|pre)__(\d+)__(d\d+)$")
 class Materialized:
     nid: int
     name: str
-    role: str  # "view", "cache: input of γ", "cache: output of γ"
+    role: str  # "view", "cache: input of γ", "cache: output of γ", "cache: ranged input"
     key: tuple[str, ...]
     nullable: frozenset[str]
     columns: tuple[str, ...]
+    lookups: tuple[tuple[str, ...], ...] = ()  # further columns the rules find rows by
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,18 @@ def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
     for n in A.walk(root):
         for ch in n.children:
             parents[ch.nid] = n
+    from idivm.rules import rule_for
+
     chosen: dict[int, str] = {}
+    lookups: dict[int, tuple[tuple[str, ...], ...]] = {}
     via_root: dict[int, dict[str, str]] = {}
     for n in A.walk(root):
+        hook = rule_for(n).caches
+        ranged = hook(n, infos) if hook is not None else None
+        if ranged is not None:
+            child = n.children[ranged[0]]
+            chosen.setdefault(child.nid, "cache: ranged input")
+            lookups[child.nid] = lookups.get(child.nid, ()) + (ranged[1],)
         if not isinstance(n, A.Aggregate):
             continue
         child = n.child
@@ -105,7 +115,8 @@ def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
             out.append(Materialized(
                 n.nid, store_name(view) if n is root else cache_name(view, n.nid),
                 "view" if n is root else chosen[n.nid], info.ids,
-                frozenset(k for k in info.ids if info.nullable.get(k, True)), n.columns))
+                frozenset(k for k in info.ids if info.nullable.get(k, True)), n.columns,
+                lookups.get(n.nid, ())))
     return out, via_root
 
 
@@ -163,12 +174,19 @@ def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
 
 def touches(m_cols: tuple[str, ...], diffs: tuple[DiffNode, ...], alias: str,
             nullable: frozenset[str], key: tuple[str, ...]) -> exp.Expr:
-    """The rows of a relation named by any of the i-diffs (by their IDs)."""
-    parts: list[exp.Expr] = []
+    """The rows of a relation named by any of the i-diffs (by their IDs): one semi-join per
+    set of IDs, on the union of the IDs of the i-diffs naming rows by that set (an engine
+    drives it from the small union through the IDs' index; an OR of semi-joins, one per
+    i-diff, makes it scan the relation)."""
+    by_ids: dict[tuple[str, ...], list[DiffNode]] = {}
     for d in diffs:
-        ids = key if d.schema.kind == "ins" else d.schema.ids
-        parts.append(exists(t(d.name, "z"), match([(k, k) for k in ids], alias, "z",
-                                                   {k: True for k in nullable})))
+        by_ids.setdefault(key if d.schema.kind == "ins" else d.schema.ids, []).append(d)
+    parts: list[exp.Expr] = []
+    for ids, ds in by_ids.items():
+        named = union_all([select([(k, c(k, "z")) for k in ids], t(d.name, "z")) for d in ds])
+        src = subquery(named, "z") if len(ds) > 1 else t(ds[0].name, "z")
+        parts.append(exists(src, match([(k, k) for k in ids], alias, "z",
+                                       {k: True for k in nullable})))
     if not parts:
         return exp.false()
     out = parts[0]
@@ -273,7 +291,7 @@ class Resolver:
         IDs come from where the operators between allow it (``OperatorRule.restrict``): the
         rows a semi-join above would keep, and those of no other IDs, are read."""
         node = self.nodes[nid]
-        target = self._restrict_target(nid, named[1], which, applied) if named else None
+        targets = self._restrict_targets(nid, named[1], which, applied) if named else {}
 
         def leaf(n: A.Node) -> exp.Expr | None:
             rel: exp.Expr | None = None
@@ -281,13 +299,13 @@ class Resolver:
                 rel = t(self.mats[n.nid].name) if which == "post" else self.cache_pre(n.nid)
             elif which == "pre" and isinstance(n, A.Scan):
                 rel = self.base_pre(n)
-            elif target is not None and target[0] == n.nid and isinstance(n, A.Scan):
+            elif n.nid in targets and isinstance(n, A.Scan):
                 rel = select([(p, c(b, "r")) for p, b in zip(n.cols, n.base_cols, strict=True)],
                              t(self.catalog.table(n.table).name, "r"))
-            if target is None or target[0] != n.nid or rel is None or named is None:
+            if n.nid not in targets or rel is None or named is None:
                 return rel
             info = self.infos[n.nid]
-            on = list(target[1].items())
+            on = list(targets[n.nid].items())
             nullable = {k: info.nullable.get(k, True) for k, _ in on}
 
             def semi(r: exp.Expr) -> exp.Expr:  # into each branch of a UNION ALL
@@ -302,23 +320,26 @@ class Resolver:
 
         return render(node, leaf, self.types)
 
-    def _restrict_target(self, nid: int, ids: tuple[str, ...], which: str,
-                         applied: frozenset[int]) -> tuple[int, dict[str, str]] | None:
-        """The scan or applied cache a semi-join of ``nid``'s rows on ``ids`` can be repeated
-        at, and {its column: the ID it matches} for the IDs it can be on there; None when
-        none."""
+    def _restrict_targets(self, nid: int, ids: tuple[str, ...], which: str,
+                          applied: frozenset[int]) -> dict[int, dict[str, str]]:
+        """The scans and applied caches a semi-join of ``nid``'s rows on ``ids`` can be
+        repeated at, each with {its column: the ID it matches} for the IDs it can be on
+        there (none when the semi-join cannot go below ``nid``)."""
         from idivm.rules import rule_for
 
-        node, on = self.nodes[nid], {k: k for k in ids}  # column here → the ID
-        while True:
+        out: dict[int, dict[str, str]] = {}
+
+        def go(node: A.Node, on: dict[str, str]) -> None:  # on: column here → the ID
             if node.nid in self.mats and node.nid in applied or isinstance(node, A.Scan):
-                return (node.nid, on) if node.nid != nid else None
+                if node.nid != nid:
+                    out[node.nid] = on
+                return
             fn = rule_for(node).restrict
-            step = fn(node, tuple(on)) if fn is not None else None
-            if step is None:
-                return None
-            node, on = node.children[step[0]], {below: on[above]
-                                                 for above, below in step[1].items()}
+            for idx, step in fn(node, tuple(on)) if fn is not None else ():
+                go(node.children[idx], {below: on[above] for above, below in step.items()})
+
+        go(self.nodes[nid], {k: k for k in ids})
+        return out
 
     def base_pre(self, scan: A.Scan) -> exp.Expr:
         """R_pre = (R minus the changed keys) ∪ the pre-images of the changes."""

@@ -34,8 +34,13 @@ InferFn = Callable[[A.Node, "Sequence[NodeInfo]", Catalog], "tuple[A.Node, NodeI
 PropagateFn = Callable[["RuleContext", A.Node, int, DiffNode], "list[DiffNode]"]
 PropagateAllFn = Callable[["RuleContext", A.Node, "list[tuple[int, DiffNode]]"], "list[DiffNode]"]
 RenderFn = Callable[["Renderer", A.Node], "Flat | exp.Select"]
-RestrictFn = Callable[[A.Node, "tuple[str, ...]"], "tuple[int, dict[str, str]] | None"]
+# where a semi-join can be repeated below an operator: (input index, {column: its name there})
+RestrictStep = tuple[int, dict[str, str]]
+RestrictFn = Callable[[A.Node, "tuple[str, ...]"], "tuple[RestrictStep, ...]"]
 FreshFn = Callable[["Flattener", A.Node], None]
+# an input the operator's rules read by range or lookup on some of its columns, which pass 3
+# materializes as an operator cache with an index on them: (input index, the columns)
+CacheFn = Callable[[A.Node, "Mapping[int, NodeInfo]"], "tuple[int, tuple[str, ...]] | None"]
 
 
 @dataclass(frozen=True)
@@ -66,32 +71,37 @@ class OperatorRule:
     # it can be the cache of an aggregate below; every other operator drops the columns its
     # input carries only for that (``NodeInfo.output_carry``)
     # restrict(): where a semi-join on some of the operator's output columns can be repeated
-    # below it: (the input, {column: its name there} for the columns it can be on there — a
-    # subset is a weaker semi-join, implied by the one that stays above), or None. Reading
+    # below it: per input it can go into, (the input, {column: its name there} for the
+    # columns it can be on there — a subset is a weaker semi-join, implied by the one that
+    # stays above); none when it cannot go below. Reading
     # Input ⋉_IDs Δ, the resolver repeats the semi-join at the scan or cache the IDs come from
     # (sideways information passing), so an engine reads only the named rows of a state it
     # cannot push a semi-join into by itself (a UNION ALL of kept and old rows, the preserved
     # side of an outer join probed on both sides' IDs)
     restrict: RestrictFn | None = None
+    # caches(): an input to materialize as an operator cache indexed on some of its columns
+    # (the other side of a ⋈ over a one-row input: the rows φ's comparisons flip are read
+    # through that index as a range), or None
+    caches: CacheFn | None = None
 
     @property
     def blocking(self) -> bool:
         return self.propagate_all is not None
 
 
-def restrict_passes(node: A.Node, cols: tuple[str, ...]) -> tuple[int, dict[str, str]] | None:
+def restrict_passes(node: A.Node, cols: tuple[str, ...]) -> tuple[RestrictStep, ...]:
     """``restrict`` of an operator that keeps its input's rows and names (σ)."""
-    return 0, {k: k for k in cols}
+    return ((0, {k: k for k in cols}),)
 
 
 def restrict_into(*sides: int) -> RestrictFn:
     """``restrict`` of an operator whose rows each hold one row of each input in ``sides``
     under the same names (⋈: either, ⟕: the preserved one, ⋉/▷: the left one): into the one
     holding most of the columns, on those."""
-    def go(node: A.Node, cols: tuple[str, ...]) -> tuple[int, dict[str, str]] | None:
+    def go(node: A.Node, cols: tuple[str, ...]) -> tuple[RestrictStep, ...]:
         best = max(sides, key=lambda i: len(set(cols) & set(node.children[i].columns)))
         on = {k: k for k in cols if k in set(node.children[best].columns)}
-        return (best, on) if on else None
+        return ((best, on),) if on else ()
 
     return go
 

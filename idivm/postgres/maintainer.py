@@ -342,7 +342,7 @@ class PostgresMaintainer:
                     # fillfactor: room for HOT updates of the columns APPLYs set
                     self.conn.execute(f"CREATE TABLE {qq(self.companion, m.name)} WITH "
                                       f"(fillfactor = 90) AS {query.sql('postgres')}")
-                    self._indexes(p, m.name, m.key, m.nullable)
+                    self._indexes(p, m.name, m.key, m.nullable, m.lookups)
                     self.conn.execute(f"ANALYZE {qq(self.companion, m.name)}")
                 seconds = time.perf_counter() - t0
                 cols = ", ".join(q(c) for c in p.columns)
@@ -487,14 +487,20 @@ class PostgresMaintainer:
             self.conn.execute(stmt)
         return compiled
 
-    def _indexes(self, p: Plan, table: str, key: Sequence[str], nullable: frozenset[str]
-                 ) -> None:
-        """A unique index on the IDs, and an index per i-diff ID set the Δ-script matches on."""
+    def _indexes(self, p: Plan, table: str, key: Sequence[str], nullable: frozenset[str],
+                 lookups: Sequence[tuple[str, ...]] = ()) -> None:
+        """A unique index on the IDs, an index per i-diff ID set the Δ-script matches on, and
+        one per set of columns the rules read ranges of (``Materialized.lookups``)."""
         if key:
             nd = " NULLS NOT DISTINCT" if nullable else ""
             self.conn.execute(f"CREATE UNIQUE INDEX ON {qq(self.companion, table)} "
                               f"({', '.join(q(k) for k in key)}){nd}")
         seen = {tuple(key)}
+        for cols in lookups:
+            if cols not in seen:
+                seen.add(cols)
+                self.conn.execute(f"CREATE INDEX ON {qq(self.companion, table)} "
+                                  f"({', '.join(q(k) for k in cols)})")
         for s in p.statements:
             if isinstance(s, Apply) and s.target == table and s.ids and \
                     tuple(s.ids) not in seen:

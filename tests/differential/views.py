@@ -431,6 +431,34 @@ VIEWS: tuple[ViewDef, ...] = (
         """,
         ("RIGHT JOIN", "FULL JOIN", "padded rows on both sides"),
     ),
+    # γ by the preserved side's key over a left join: the aggregate pushed below the join
+    ViewDef(
+        "orders_left_join_pushed_aggregates",
+        "orders",
+        """
+        SELECT n_orders, count(*) AS customers, sum(top) AS tops
+        FROM (SELECT c.custkey, count(o.orderkey) AS n_orders, count(*) AS n_rows,
+                     min(o.priority) AS low, max(o.orderdate) AS top, avg(o.priority) AS mean
+              FROM customers c LEFT JOIN orders o
+                ON c.custkey = o.custkey AND o.status <> 'F' AND c.acctbal > 0
+              GROUP BY c.custkey
+              HAVING count(*) < 4 OR min(o.priority) IS NULL) AS per_customer
+        GROUP BY n_orders
+        """,
+        ("aggregate pushed below LEFT JOIN", "ON with a condition on the preserved side",
+         "COUNT(*) of padded rows"),
+    ),
+    ViewDef(
+        "lineitem_left_join_lookup",
+        "orders",
+        """
+        SELECT l.orderkey, l.linenumber, l.quantity, o.status, o.priority, x.spent
+        FROM lineitem l LEFT JOIN orders o ON o.orderkey = l.orderkey
+        LEFT JOIN (SELECT custkey, sum(priority) AS spent FROM orders GROUP BY custkey) x
+          ON x.custkey = o.custkey
+        """,
+        ("LEFT JOIN on the other side's key", "LEFT JOIN to a grouped subquery"),
+    ),
     # scalar subqueries, ANY/ALL, COUNT(DISTINCT) (issue 15)
     ViewDef(
         "orders_scalar_correlated",

@@ -146,6 +146,24 @@ def test_an_aggregate_by_the_preserved_key_is_pushed_below_the_left_join() -> No
         assert not isinstance(oj.right, A.Aggregate)
 
 
+def test_a_correlated_aggregate_groups_only_the_keys_the_filtered_outer_side_holds() -> None:
+    """TPC-H Q17's shape: the average per customer key is computed for the keys of the
+    customers the outer query keeps (a semi-join with a copy of its filtered scan)."""
+    p = idivm.plan("SELECT o.orderkey FROM orders o JOIN customers c ON c.custkey = o.custkey "
+                   "WHERE c.name = 'x' AND o.qty > (SELECT avg(o2.qty) FROM orders o2 "
+                   "WHERE o2.custkey = c.custkey)", ORDERS)
+    [agg] = [n for n in A.walk(p.root) if isinstance(n, A.Aggregate) and n.group_by]
+    assert isinstance(agg.child, A.SemiJoin)
+    magic = agg.child.right
+    assert isinstance(magic, A.Select) and isinstance(magic.child, A.Scan)
+    assert magic.child.table == "customers" and "'x'" in magic.predicate.sql()
+    # an unfiltered outer source bounds nothing: no semi-join
+    p = idivm.plan("SELECT o.orderkey FROM orders o WHERE o.qty > (SELECT avg(o2.qty) FROM "
+                   "orders o2 WHERE o2.custkey = o.custkey)", ORDERS)
+    [agg] = [n for n in A.walk(p.root) if isinstance(n, A.Aggregate) and n.group_by]
+    assert not isinstance(agg.child, A.SemiJoin)
+
+
 def test_a_left_join_on_the_other_sides_key_names_a_change_by_the_preserved_ids() -> None:
     p = idivm.plan("SELECT o.orderkey, c.name FROM orders o LEFT JOIN customers c "
                    "ON c.custkey = o.orderkey", ORDERS)

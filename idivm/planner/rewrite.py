@@ -10,6 +10,15 @@ equivalent to the input on every database state, so every strategy and backend m
   1: the padded row). The pushed-down γ is linear in r's changes, where the γ above the outer
   join re-derives every l row a changed r row touches from all of its matches (TPC-H Q13's
   orders per customer).
+- ``semijoin_below_join``: (A ⋈ B) ⋉_φ P with φ reading no column of B is (A ⋉_φ P) ⋈ B:
+  the rows of A a semi-join drops join nothing (TPC-H Q20: the partsupp rows of forest
+  parts, before the join with each row's shipped quantity).
+- ``grouped_join_magic``: a γ_K joined on K = s (a correlated scalar subquery decorrelated into
+  a grouped aggregate) where s comes from a filtered scan σ(T) of the other input computes
+  only the groups whose keys σ(T) holds: γ_K(R ⋉_{K = s} σ(T)) (a magic set, Mumick et al.).
+  Changes of R outside those keys stop at the semi-join instead of updating groups no row
+  joins, whose changed values would make the join re-derive its rows (TPC-H Q17: the average
+  quantity of every part, for the parts of one brand and container).
 """
 
 from __future__ import annotations
@@ -108,7 +117,119 @@ def aggregate_below_outer_join(node: A.Node, ctx: Context) -> A.Node:
     return A.Project(next(ctx.nids), joined, tuple(exprs))
 
 
-RULES: tuple[Rewrite, ...] = (aggregate_below_outer_join,)
+def _through_projections(node: A.Node) -> tuple[A.Aggregate, dict[str, str]] | None:
+    """``node`` as π*(γ): the γ and {column of node: the γ column it is}, plain columns only."""
+    names = {c: c for c in node.columns}
+    while isinstance(node, A.Project):
+        below = {n: e.name for n, e in node.exprs if isinstance(e, exp.Column)}
+        names = {k: below[v] for k, v in names.items() if v in below}
+        node = node.child
+    if not isinstance(node, A.Aggregate) or not node.group_by:
+        return None
+    return node, {k: v for k, v in names.items() if v in node.group_by}
+
+
+def _filters(node: A.Node) -> bool | None:
+    """For a tree of σ and semi-joins over scans: whether it filters its scan (True) or
+    not (False); None for any other tree (which ``_copy`` cannot copy)."""
+    if isinstance(node, A.Scan):
+        return False
+    if isinstance(node, A.Select):
+        return None if _filters(node.child) is None else True
+    if isinstance(node, A.SemiJoin):
+        if _filters(node.left) is None or _filters(node.right) is None:
+            return None
+        return True
+    return None
+
+
+def _filtered_source(node: A.Node, cols: set[str]) -> A.Node | None:
+    """Below ``node``, a filtered scan (σ and semi-joins over it) holding every column of
+    ``cols``, whose rows bound the values those columns take in ``node`` (down through inner
+    joins, σ and the left side of semi-joins); None when there is none."""
+    while True:
+        if _filters(node):
+            return node
+        nxt = None
+        if isinstance(node, A.Select):
+            nxt = node.child
+        elif isinstance(node, A.SemiJoin):
+            nxt = node.left
+        elif isinstance(node, A.Join):
+            nxt = next((ch for ch in node.children if cols <= set(ch.columns)), None)
+        if nxt is None or not cols <= set(nxt.columns):
+            return None
+        node = nxt
+
+
+def _copy(node: A.Node, ctx: Context) -> tuple[A.Node, dict[str, str]]:
+    """A copy of a tree of σ and semi-joins over scans under fresh operator ids and column
+    names (the plan's column names stay unique)."""
+    if isinstance(node, A.Scan):
+        cols = tuple(ctx.fresh(f"{c}__m") for c in node.cols)
+        return (A.Scan(next(ctx.nids), node.table, f"{node.alias}__m", cols, node.base_cols),
+                dict(zip(node.cols, cols, strict=True)))
+    if isinstance(node, A.Select):
+        child, names = _copy(node.child, ctx)
+        pred = A.rename_columns(node.predicate, {k: A.col(v) for k, v in names.items()})
+        return A.Select(next(ctx.nids), child, pred), names
+    assert isinstance(node, A.SemiJoin)
+    left, lnames = _copy(node.left, ctx)
+    right, rnames = _copy(node.right, ctx)
+    both = {**lnames, **rnames}
+    pred = A.rename_columns(node.predicate, {k: A.col(v) for k, v in both.items()})
+    return A.SemiJoin(next(ctx.nids), left, right, pred), lnames
+
+
+def semijoin_below_join(node: A.Node, ctx: Context) -> A.Node:
+    if not (isinstance(node, A.SemiJoin) and isinstance(node.left, A.Join)):
+        return node
+    join = node.left
+    reads = A.referenced(node.predicate) & set(join.columns)
+    for i, side in enumerate(join.children):
+        if reads <= set(side.columns):
+            pushed = A.SemiJoin(next(ctx.nids), side, node.right, node.predicate)
+            return A.replace_child(join, i, pushed)
+    return node
+
+
+def grouped_join_magic(node: A.Node, ctx: Context) -> A.Node:
+    if not isinstance(node, A.Join | A.OuterJoin) or getattr(node, "full", False):
+        return node
+    for gi in (0, 1) if isinstance(node, A.Join) else (1,):
+        grouped, other = node.children[gi], node.children[1 - gi]
+        found = _through_projections(grouped)
+        if found is None:
+            continue
+        agg, keys = found
+        pairs = []  # (γ group column, column of the other input)
+        for a, b in A.equalities(node.predicate):
+            if a in other.columns:
+                a, b = b, a
+            if a in keys and b in other.columns:
+                pairs.append((keys[a], b))
+        if not pairs:
+            continue
+        source = _filtered_source(other, {b for _, b in pairs})
+        if source is None:
+            continue
+        magic, names = _copy(source, ctx)
+        on = A.conjoin([exp.EQ(this=A.col(k), expression=A.col(names[b])) for k, b in pairs])
+        assert on is not None
+        restricted = A.SemiJoin(next(ctx.nids), agg.child, magic, on)
+        new_agg = A.replace_child(agg, 0, restricted)
+        return A.replace_child(node, gi, _replaced(grouped, agg, new_agg))
+    return node
+
+
+def _replaced(node: A.Node, old: A.Node, new: A.Node) -> A.Node:
+    if node is old:
+        return new
+    return A.replace_child(node, 0, _replaced(node.children[0], old, new))
+
+
+RULES: tuple[Rewrite, ...] = (aggregate_below_outer_join, semijoin_below_join,
+                              grouped_join_magic)
 
 
 def _hidden_read(root: A.Node) -> set[str]:

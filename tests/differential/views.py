@@ -449,6 +449,18 @@ VIEWS: tuple[ViewDef, ...] = (
          "COUNT(*) of padded rows"),
     ),
     ViewDef(
+        "orders_scalar_magic_set",
+        "orders",
+        """
+        SELECT l.orderkey, l.linenumber, l.quantity, o.status
+        FROM lineitem l JOIN orders o ON o.orderkey = l.orderkey
+        WHERE o.status <> 'F' AND o.priority > 1
+          AND l.quantity >= (SELECT avg(l2.quantity) FROM lineitem l2
+                             WHERE l2.orderkey = o.orderkey AND l2.discount < 0.05)
+        """,
+        ("correlated scalar over a filtered outer source (magic set)",),
+    ),
+    ViewDef(
         "lineitem_left_join_lookup",
         "orders",
         """

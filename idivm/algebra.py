@@ -8,6 +8,7 @@ Every node carries a plan-unique ``nid`` so annotations can be kept outside the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -316,6 +317,17 @@ def referenced(e: exp.Expr | None) -> set[str]:
     if e is None:
         return set()
     return {c.name for c in e.find_all(exp.Column)}
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_2``, ``base_3`` … — the first not in ``taken``, which it joins."""
+    name = base
+    for i in itertools.count(2):
+        if name not in taken:
+            break
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
 
 
 def col(name: str, table: str | None = None) -> exp.Column:

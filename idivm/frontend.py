@@ -389,13 +389,7 @@ class _Converter:
 
     # -- naming --------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
-        name = base
-        for i in itertools.count(2):
-            if name not in self.used:
-                break
-            name = f"{base}_{i}"
-        self.used.add(name)
-        return name
+        return A.fresh_name(base, self.used)
 
     def nid(self) -> int:
         return next(self.nids)

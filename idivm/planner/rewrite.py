@@ -42,13 +42,7 @@ class Context:
     taken: set[str]
 
     def fresh(self, base: str) -> str:
-        name = base
-        for i in itertools.count(2):
-            if name not in self.taken:
-                break
-            name = f"{base}_{i}"
-        self.taken.add(name)
-        return name
+        return A.fresh_name(base, self.taken)
 
 
 Rewrite = Callable[[A.Node, Context], A.Node]

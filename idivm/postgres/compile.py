@@ -444,9 +444,11 @@ def one_time_guards(tree: exp.Expr, counters: Mapping[str, str]) -> exp.Expr:
     otherwise costs that subtree whenever the planner puts the i-diff on the inner side of a
     nested loop (TPC-H Q20: 73 ms of a 128 ms refresh for a branch of no nation changes).
     Always equivalent: the SELECT yields nothing when one of them is empty. Not in the
-    statements planned once per session: a test of a PL/pgSQL variable makes a statement
-    with no other parameter a custom plan, planned again at every run (TPC-H Q8's 8-way join:
-    36 → 73 ms)."""
+    statements planned once per session (a test of a PL/pgSQL variable makes a statement with
+    no other parameter a custom plan, planned again at every run: TPC-H Q8's 8-way join 36 →
+    73 ms), not inside a CTE (its readers carry its test), and not per scanned relation: a
+    constant FALSE costs planning (Q8's EXECUTEd statement: 28 ms without tests, 90 ms with one
+    per scanned i-diff, 71 ms with those of derived tables, 10 ms were they all TRUE)."""
     ctes = {c.alias: c.this for c in tree.find_all(exp.CTE)}  # (inlined single-use reads)
 
     def nonempty(e: exp.Expr) -> exp.Expr | None:
@@ -472,27 +474,25 @@ def one_time_guards(tree: exp.Expr, counters: Mapping[str, str]) -> exp.Expr:
             return A.conjoin(required(e))
         return None
 
-    def required(node: exp.Select) -> list[exp.Expr]:
+    def inner_items(node: exp.Select) -> list[exp.Expr]:
+        """What the SELECT inner-joins: none when it yields rows without them (an aggregate
+        without GROUP BY, the padded side of a RIGHT or FULL join)."""
         if not node.args.get("group") and any(e.find(exp.AggFunc) for e in node.expressions):
-            return []  # an aggregate without GROUP BY yields a row from no rows
+            return []
         joins = node.args.get("joins") or []
         if any(j.side for j in joins if j.side != "LEFT"):
             return []
         frm = node.args.get("from_")
-        items = ([frm.this] if frm is not None else []) + [j.this for j in joins if not j.side]
-        return [x for x in (nonempty(i) for i in items) if x is not None]
+        return ([frm.this] if frm is not None else []) + [j.this for j in joins if not j.side]
+
+    def required(node: exp.Select) -> list[exp.Expr]:
+        return [x for x in map(nonempty, inner_items(node)) if x is not None]
 
     def derived(node: exp.Select) -> list[exp.Expr]:
-        """The tests of the derived tables and CTEs it inner-joins (a scan of an empty
-        scratch relation costs nothing, and a constant FALSE on each made PostgreSQL plan
-        TPC-H Q8's 8-way join 3× longer: 28 → 90 ms)."""
-        joins = node.args.get("joins") or []
-        if required(node) == [] or any(j.side for j in joins if j.side != "LEFT"):
-            return []
-        frm = node.args.get("from_")
-        items = ([frm.this] if frm is not None else []) + [j.this for j in joins if not j.side]
-        return [x for x in (nonempty(i) for i in items
-                            if isinstance(i, exp.Subquery) or i.name in ctes) if x is not None]
+        """The tests of the derived tables and CTEs it inner-joins, not of the scratch
+        relations it scans (an empty one costs nothing to scan, and a FALSE costs planning)."""
+        items = [i for i in inner_items(node) if isinstance(i, exp.Subquery) or i.name in ctes]
+        return [x for x in map(nonempty, items) if x is not None]
 
     def rw(node: exp.Expr) -> exp.Expr:
         # not inside a CTE: the SELECTs reading the CTE carry its test

@@ -119,9 +119,11 @@ def _by_left_ids(ctx: RuleContext, node: A.OuterJoin, d: DiffNode, named: dict[s
     s = d.schema
     ids = tuple(dict.fromkeys(named[k] for k in s.ids))
     cols = s.columns(ctx.cols(s.nid))
-    items = [(named[x], c(x, "i")) for x in s.ids] + [(x, c(x, "i")) for x in cols
-                                                       if x not in s.ids]
-    q = select(list(dict.fromkeys(items)), ctx.rel(d, "i"))
+    items: dict[str, exp.Expr] = {}  # two IDs of r equal to one of l: equal values, one column
+    for x in s.ids:
+        items.setdefault(named[x], c(x, "i"))
+    items.update({x: c(x, "i") for x in cols if x not in s.ids})
+    q = select(list(items.items()), ctx.rel(d, "i"))
     return ctx.emit("upd", node.nid, ids, q, "⟕: Δu_r on attributes φ does not read passes, "
                     "named by the IDs of l that φ equals to r's", [d], s.pre, s.post)
 

@@ -770,21 +770,21 @@ def _branched(item: Inlined, r: Relation, label: str, rels: Mapping[str, Relatio
 
 def _analyze(r: Relation) -> str:
     """Statistics for a filled scratch relation when its size moved by more than 4× from what
-    the planner sees (or it sees more than twice its rows): plans follow the batch, and a
-    run like the last one keeps the sessions' cached plans (an ANALYZE invalidates them).
-    The planner's estimate is
-    ``reltuples`` scaled by the pages the relation has now against those it had when
-    analyzed: a scratch relation is emptied by DELETE and never vacuumed, so its pages grow
-    run by run while its rows stay alike, and so would the estimate (TPC-H Q21: a 3.7k-row
-    i-diff planned as 22k after five runs turned a probe of 1.4k orders into a 156k-row
-    read of line items, 60 → 1,200 ms; already at 4×: those pages double between two
-    ANALYZEs). Read through its name, found on the function's
-    search path (the companion schema first)."""
+    the planner sees (or it sees more than twice its rows, and 1,000 more): plans follow the
+    batch, and a run like the last one keeps the sessions' cached plans (an ANALYZE
+    invalidates them). The planner's estimate is ``reltuples`` scaled by the pages the
+    relation has now against those it had when analyzed: a scratch relation is emptied by
+    DELETE and never vacuumed, so its pages grow run by run while its rows stay alike, and
+    so would the estimate (TPC-H Q21: a 3.7k-row i-diff planned as 22k after five runs
+    turned a probe of 1.4k orders into a 156k-row read of line items, 60 → 1,200 ms; already
+    at 4×: those pages double between two ANALYZEs). Read through its name, found on the
+    function's search path (the companion schema first)."""
     seen = (f"(SELECT CASE WHEN c.relpages > 0 THEN c.reltuples / c.relpages * "
             f"(pg_relation_size(c.oid) / current_setting('block_size')::int) ELSE c.reltuples "
             f"END FROM pg_class c WHERE c.oid = {lit(q(r.name))}::regclass)")
     return (f"IF {r.counter} > 0 AND coalesce({seen} NOT BETWEEN {r.counter} / 4.0 AND "
-            f"{r.counter} * 2.0, true) THEN\n  ANALYZE {q(r.name)};\nEND IF;")
+            f"greatest({r.counter} * 2.0, {r.counter} + 1000), true) THEN\n"
+            f"  ANALYZE {q(r.name)};\nEND IF;")
 
 
 DECISION_ARG = "idivm__decision"  # the maintenance function's argument

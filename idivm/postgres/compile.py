@@ -501,7 +501,7 @@ def one_time_guards(tree: exp.Expr, counters: Mapping[str, str],
         """The counters of the relations its WHERE tests with EXISTS (a conjunct that is a
         mark of ``tests``: EXISTS over an empty relation is FALSE)."""
         where = node.args.get("where")
-        rels = [tests[c.name] for c in _conjuncts(where.this) if isinstance(c, exp.Column)
+        rels = [tests[c.name] for c in A.conjuncts(where.this) if isinstance(c, exp.Column)
                 and not c.table and c.name in tests] if where is not None and tests else []
         return [exp.GT(this=exp.column(counters[r]), expression=exp.Literal.number(0))
                 for r in rels if r in counters]
@@ -636,7 +636,7 @@ def cut_unions(tree: exp.Expr, needs: Callable[[exp.Expr], str | None],
     out = []
     for b in branches:
         where = b.args.get("where")
-        conds = [x for x in map(needs, _conjuncts(where.this))
+        conds = [x for x in map(needs, A.conjuncts(where.this))
                  if x is not None] if where is not None else []
         out.append((" AND ".join(f"({x})" for x in conds) or None,
                     "(" + b.sql("postgres") + ")"))
@@ -647,14 +647,6 @@ def cut_unions(tree: exp.Expr, needs: Callable[[exp.Expr], str | None],
                     tuple(out)))
     sub.set("this", exp.column(mark))
     return tree
-
-
-def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.And):
-        return _conjuncts(e.left) + _conjuncts(e.right)
-    return [e]
 
 
 def _exists_over(item: Inlined, rels: Mapping[str, Relation]) -> set[str]:

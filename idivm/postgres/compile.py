@@ -55,7 +55,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 12  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 13  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
@@ -780,6 +780,7 @@ def _analyze(r: Relation) -> str:
 
 
 DECISION_ARG = "idivm__decision"  # the maintenance function's argument
+PRUNE_ARG = "idivm__log_rows"  # the prune function's argument: log rows consumed per table
 
 
 def _decision_block(name: str, refresh: str, planned: str) -> str:
@@ -1012,6 +1013,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             "idivm__applied jsonb := '{}';", "idivm__secs jsonb := '[]';",
             "idivm__choice text;", "idivm__reason text;", "idivm__logrows bigint := 0;",
             "idivm__log jsonb := '{}';", "idivm__hid bigint;", "idivm__base bigint;",
+            "idivm__watermark pg_snapshot;",
             # the session's first run of this code: PL/pgSQL plans each statement then
             f"idivm__cold boolean := current_setting({lit(warm_setting(tag))}, true) "
             "IS DISTINCT FROM 'on';"]
@@ -1199,8 +1201,11 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     else:
         body.extend(delta)
     ran = "idivm__choice" if recomputes else lit(run_label)
+    # the watermark computed once (consumed() is a SQL function, planned at each call: per
+    # row of an UPDATE calling it, one row per table the view reads)
     body.append("IF idivm__folded THEN\n"
-                f"  UPDATE {q(companion)}.log_users SET watermark = {q(companion)}.consumed() "
+                f"  idivm__watermark := {q(companion)}.consumed();\n"
+                f"  UPDATE {q(companion)}.log_users SET watermark = idivm__watermark "
                 f"WHERE view = {lit(name)};\n"
                 f"  UPDATE {q(companion)}.views SET last_maintained = now(), runs = runs + 1 "
                 f"WHERE name = {lit(name)};\nEND IF;")
@@ -1241,9 +1246,16 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
               f"SET random_page_cost = {RANDOM_PAGE_COST} AS ")
     comment = (f"COMMENT ON FUNCTION {q(companion)}.{q(function)}(jsonb) IS "
                f"{lit(f'idivm: compiled Δ-script of view {schema}.{name} ({refresh})')}")
+    # the logs this run consumed rows of (its ``log_rows``; NULL: every log). A log it read
+    # nothing of holds no row its new watermark frees but those an earlier run had consumed
+    # and the xmin bound kept (transactions running then): the next run that consumes rows
+    # of that table prunes them; each skipped log saves a call (0.3–1 ms)
     prune_src = "BEGIN\n" + "\n".join(
-        f"  PERFORM {prune_statement(schema, t).removeprefix('SELECT ')};" for t in base) + "\nEND"
-    prune = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(prune_function)}() RETURNS void "
+        f"  IF {PRUNE_ARG} IS NULL OR coalesce(({PRUNE_ARG} ->> {lit(t)})::bigint, 1) > 0 "
+        f"THEN\n    PERFORM {prune_statement(schema, t).removeprefix('SELECT ')};\n  END IF;"
+        for t in base) + "\nEND"
+    prune = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(prune_function)}("
+             f"{PRUNE_ARG} jsonb DEFAULT NULL) RETURNS void "
              f"LANGUAGE plpgsql AS {dollar_quote(prune_src)}")
     # the scratch relations' queries name the base tables and stored relations as the
     # function's do: on its search path
@@ -1447,7 +1459,7 @@ def _run_block(schema: str, companion: str, views: Mapping[str, Entry], order: S
                      f"{comp}.{q(views[v].function)}(choices -> {lit(v)}));" for v in order)
     prunes = "\n".join(f"""IF (runs -> {lit(v)} ->> 'consumed')::boolean THEN
   BEGIN
-    PERFORM {comp}.{q(views[v].prune_function)}();
+    PERFORM {comp}.{q(views[v].prune_function)}(runs -> {lit(v)} -> 'log_rows');
   EXCEPTION WHEN OTHERS OR query_canceled THEN
     RAISE WARNING 'idivm: view % was maintained, but pruning its change logs failed: %',
       {lit(v)}, SQLERRM;
@@ -1471,7 +1483,9 @@ PERFORM set_config({lit(COMMITTED_SETTING)}, stats::text, false);
 COMMIT;
 -- consumed log rows go in a READ COMMITTED transaction of their own (where a concurrent
 -- prune by another view's maintain is no serialization failure); the maintenance has
--- committed, so a failure here is only reported: the next run prunes
+-- committed, so a failure here is only reported: the next run prunes (nor waits for its
+-- commit to reach the disk: a prune lost in a crash is the next run's)
+PERFORM set_config('synchronous_commit', 'off', true);
 {prunes}
 COMMIT;"""
 

@@ -94,11 +94,16 @@ class Plan:
             out.append((m, render(node, leaf, self._type)))
         return out
 
+    def store_query(self) -> exp.Select:
+        """The stored view relation (its declared columns and hidden IDs) computed from the
+        base tables alone: a recomputation of the view that neither reads nor refreshes the
+        caches below it."""
+        return render(self.root, lambda n: None, self._type)
+
     def recompute_query(self) -> exp.Select:
         """The view's declared columns recomputed from the base tables (no caches)."""
-        q = render(self.root, lambda n: None, self._type)
         return exp.select(*[exp.column(k, quoted=True) for k in self.columns]).from_(
-            q.subquery("r"))
+            self.store_query().subquery("r"))
 
     def _type(self, col: str) -> str | None:
         for info in self.infos.values():

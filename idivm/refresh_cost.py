@@ -40,6 +40,11 @@ DEFAULT_PER_CHANGE = 1.5e-4  # seconds per change-feed row (V′ under a 1% batc
 ENGINE_DEFAULTS = {"spark": (DEFAULT_FIXED, DEFAULT_PER_CHANGE), "driver": (0.3, 3e-5),
                    "postgres": (0.005, 2e-5)}
 KEEP = 8  # maintenance samples kept per view
+# a view whose caches are stale (PostgreSQL: the last refresh recomputed the view alone) is
+# maintained again only if the Δ-script's estimate plus its rebuild (every stored relation
+# recomputed) spread over this many refreshes stays below recomputing
+AMORTIZE = KEEP
+REBUILD_DEFAULT = 2.0  # × the recomputation: a rebuild's estimate before one is measured
 CALIBRATE = 0.4  # maintain estimate / create-time recompute above which a recompute is timed
 EXPLORE = 4.0  # an unmeasured maintenance estimated within this factor of recompute runs once
 
@@ -50,12 +55,17 @@ class History:
     recompute_rows: int | None = None  # base-table rows the recomputation read
     maintain: tuple[tuple[int, float, str], ...] = ()  # (changes, seconds, engine), newest last
     recompute_at_create: bool = False  # the recomputation was only timed by create_view
+    # the caches below the view: seconds to recompute them and the view (a *rebuild*), and
+    # whether they are stale now (the Δ-script then rebuilds them first)
+    rebuild_seconds: float | None = None
+    caches_stale: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"recompute_seconds": self.recompute_seconds,
                 "recompute_rows": self.recompute_rows,
                 "maintain": [list(x) for x in self.maintain],
-                "recompute_at_create": self.recompute_at_create}
+                "recompute_at_create": self.recompute_at_create,
+                "rebuild_seconds": self.rebuild_seconds, "caches_stale": self.caches_stale}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any] | None) -> History:
@@ -64,16 +74,18 @@ class History:
         return History(d.get("recompute_seconds"), d.get("recompute_rows"),
                        tuple((int(x[0]), float(x[1]), str(x[2]) if len(x) > 2 else "spark")
                              for x in d.get("maintain", ())),
-                       bool(d.get("recompute_at_create", False)))
+                       bool(d.get("recompute_at_create", False)), d.get("rebuild_seconds"),
+                       bool(d.get("caches_stale", False)))
 
     @staticmethod
     def of_runs(runs: Iterable[tuple[str, int, float, int | None]
                                | tuple[str, int, float, int | None, bool]],
                 engine: str = "postgres") -> History:
         """The history of a view's recorded refreshes, oldest first: (what ran — ``id`` or
-        ``tuple`` (the Δ-script, on ``engine``), ``recompute``, or ``create`` (the
-        materialization by create_view) —, changes, seconds, base-table rows[, cold]). The
-        newest recomputation (or creation) is the recomputation's measurement; the Δ-script
+        ``tuple`` (the Δ-script, on ``engine``), ``recompute``, ``rebuild`` (the caches and
+        the view recomputed), or ``create`` (the materialization by create_view) —, changes,
+        seconds, base-table rows[, cold]). The newest recomputation (or creation) is the
+        recomputation's measurement, the newest rebuild the rebuild's; the Δ-script
         runs that consumed changes are the maintenance samples (the newest ``KEEP``). A
         *cold* run — a session's first of the view's code, which plans every statement — is
         a sample only while no warm one is known (a scheduler that connects per refresh
@@ -87,6 +99,8 @@ class History:
             if what in RECOMPUTED:
                 h = h.with_recompute(float(seconds), None if rows is None else int(rows),
                                      at_create=what == "create")
+            elif what == "rebuild":
+                h = replace(h, rebuild_seconds=float(seconds))
             elif changes > 0 and not (warm and len(r) > 4 and r[4]):
                 h = h.with_maintain(int(changes), float(seconds), engine)
         return h
@@ -167,7 +181,8 @@ class _Verdict:
     threshold evaluates it at many sizes)."""
 
     choice: Choice
-    rule: Literal["unmeasured", "calibrate", "cheaper", "explore", "dearer"]
+    rule: Literal["unmeasured", "calibrate", "cheaper", "explore", "dearer", "rebuild",
+                  "stale"]
     fixed: float
     per: float
     maintain: float
@@ -182,6 +197,11 @@ def _verdict(changes: int, base_rows: int | None, history: History, engine: str)
     r_est = history.recompute_seconds
     if base_rows and history.recompute_rows:
         r_est *= base_rows / history.recompute_rows
+    if history.caches_stale:
+        # maintaining starts with a rebuild: worth it when the refreshes after it repay it
+        if m_est + rebuild_estimate(history, r_est) / AMORTIZE <= r_est:
+            return _Verdict("id", "rebuild", fixed, per, m_est, r_est)
+        return _Verdict("recompute", "stale", fixed, per, m_est, r_est)
     if history.recompute_at_create and history.maintain and m_est >= CALIBRATE * r_est \
             and engine != "postgres":
         # create_view's timing on Spark includes a cold start (measured up to 3× a later
@@ -198,6 +218,13 @@ def _verdict(changes: int, base_rows: int | None, history: History, engine: str)
         # would, and the next decision learns the rate)
         return _Verdict("id", "explore", fixed, per, m_est, r_est)
     return _Verdict("recompute", "dearer", fixed, per, m_est, r_est)
+
+
+def rebuild_estimate(history: History, recompute: float) -> float:
+    """Seconds to recompute the caches and the view (``recompute``: the view's estimate)."""
+    if history.rebuild_seconds is None or not history.recompute_seconds:
+        return REBUILD_DEFAULT * recompute
+    return max(recompute, history.rebuild_seconds * recompute / history.recompute_seconds)
 
 
 def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
@@ -221,6 +248,11 @@ def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
     elif v.rule == "explore":
         how += ("; maintaining once to measure it (no maintenance of this view measured at "
                 "this size yet)")
+    elif v.rule in ("rebuild", "stale"):
+        how += (f"; the caches are stale (a recomputation refreshed the view alone): "
+                f"maintaining first rebuilds them (≈ "
+                f"{_secs(rebuild_estimate(history, v.recompute))}, counted over {AMORTIZE} "
+                "refreshes)")
     return Decision(v.choice, how, v.maintain, v.recompute)
 
 

@@ -146,7 +146,7 @@ def test_a_deadline_turns_a_stuck_call_into_a_hang() -> None:
 
 def test_fuzz_postgres_fixed_seed(pg_dsn: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """PostgreSQL, strategies id and tuple, through the CLI: no finding."""
+    """PostgreSQL, strategies id, tuple and auto, through the CLI: no finding."""
     code = main(["fuzz", "--backend", "pg", "--dsn", pg_dsn, "--seed", str(PG_SEED),
                  "--views", str(PG_VIEWS), "--rounds", "3", "--views-per-seed", "8",
                  "--out", str(tmp_path), "--json", "--shrink-seconds", "60"])

@@ -79,6 +79,13 @@ def _seed(conn: Conn, schema: str, view: str, seconds: float) -> None:
         sql.Identifier(_companion(schema), "refresh_history")), (view, seconds))
 
 
+def _stale(conn: Conn, schema: str, view: str) -> bool:
+    row = conn.execute(sql.SQL("SELECT caches_stale FROM {} WHERE name = %s").format(
+        sql.Identifier(_companion(schema), "views")), (view,)).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
 def _history(conn: Conn, schema: str, view: str) -> list[tuple[Any, ...]]:
     return conn.execute(sql.SQL(
         "SELECT strategy, changes, seconds, base_rows, reason FROM {} WHERE view = %s "
@@ -130,6 +137,7 @@ def test_auto_differential_both_branches(env: tuple[PostgresMaintainer, Conn],
     _check(conn, pg_schema, QUERIES)
     rng = random.Random(2027)
     seen: Counter[str] = Counter()
+    was_stale = dict.fromkeys(QUERIES, False)
     for _ in range(14):
         _batch(conn, pg_schema, rng, rng.choice([1, 6, 40]))
         for v in QUERIES:
@@ -142,16 +150,28 @@ def test_auto_differential_both_branches(env: tuple[PostgresMaintainer, Conn],
                 assert d["choice"] == "id" and "nothing" in d["reason"]
                 continue
             assert d["choice"] == want, (v, d)
-            assert d["strategy"] == want
+            stale = _stale(conn, pg_schema, v)
+            if d["strategy"] == "rebuild":  # maintained after a recomputation left caches stale
+                assert want == "id" and was_stale[v] and not stale
+                assert "caches are stale" in d["reason"] and "rebuilds them" in d["reason"]
+                assert "every stored relation recomputed" in d["reason"]
+                assert stats.changes == {}  # (no Δ-script ran: everything recomputed)
+                seen["rebuild"] += 1
+            else:
+                assert d["strategy"] == want
             assert "maintain ≈" in d["reason"] and "recompute ≈" in d["reason"]
             assert d["changes"] == pending  # the estimate counted exactly the log rows consumed
             assert d["maintain_estimate"] > 0 and d["recompute_estimate"] is not None
             if want == "recompute":
-                assert any(k.startswith("insert recomputed→") for k in stats.applied_rows)
+                # the view alone recomputed, from the base tables: its caches untouched, stale
+                assert {k.split("→")[1] for k in stats.applied_rows} == {f"{v}__store"}
+                assert [k for k, _ in stats.statement_seconds] == [f"recompute {v}__store"]
                 assert stats.changes == {}
+                assert stale == (len(m.plan_of(v).materialized) > 1)  # (caches below it)
+            was_stale[v] = stale
             seen[want] += 1
         _check(conn, pg_schema, QUERIES)
-    assert seen["id"] > 10 and seen["recompute"] > 10, seen
+    assert seen["id"] > 10 and seen["recompute"] > 10 and seen["rebuild"] > 5, seen
     # nothing pending: nothing consumed twice, whichever branch ran last
     again = m.maintain_all()
     assert all(sum(s.log_rows.values()) == 0 for s in again.values())
@@ -193,12 +213,17 @@ def test_history_and_refresh_efficiency(env: tuple[PostgresMaintainer, Conn],
     conn.execute("UPDATE t SET x = x + 1 WHERE id <= 5")
     m.maintain("agg", strategy="recompute")
     conn.execute("UPDATE t SET x = x + 1 WHERE id <= 2")
+    m.maintain("agg", strategy="id")  # its caches stale: rebuilt (caches and view recomputed)
+    conn.execute("UPDATE t SET x = x + 1 WHERE id <= 2")
     m.maintain("agg", strategy="id")
     h = _history(conn, pg_schema, "agg")
-    assert [(r[0], r[1]) for r in h] == [("create", 0), ("id", 6), ("recompute", 10), ("id", 4)]
+    assert [(r[0], r[1]) for r in h] == [("create", 0), ("id", 6), ("recompute", 10),
+                                         ("rebuild", 4), ("id", 4)]
     assert all(r[2] > 0 for r in h)
     assert h[1][4] == "strategy='id' asked for this refresh"
     assert h[2][4] == "strategy='recompute' asked for this refresh"
+    assert h[3][4] == "strategy='id' asked for this refresh; the caches were stale (a " \
+        "recomputation had refreshed the view alone): every stored relation recomputed"
     assert [(r[0], r[1]) for r in _history(conn, pg_schema, "plain")] == \
         [("create", 0), ("id", 6)]
     assert _history(conn, pg_schema, "plain")[1][4] == "strategy='id': the Δ-script"
@@ -209,10 +234,10 @@ def test_history_and_refresh_efficiency(env: tuple[PostgresMaintainer, Conn],
         "recompute_median_seconds, avg_changes, id_recompute_ratio, last_refresh "
         "FROM {}.refresh_efficiency()").format(comp)).fetchall()}
     ids = sorted(r[2] for r in h if r[0] == "id")
-    assert eff["agg"][1:4] == (3, 2, 1)
+    assert eff["agg"][1:4] == (4, 2, 1)  # (the rebuild a refresh, neither id nor recompute)
     assert eff["agg"][4] == pytest.approx(sum(ids) / 2)
     assert eff["agg"][5] == pytest.approx(h[2][2])
-    assert eff["agg"][6] == pytest.approx(20 / 3)
+    assert eff["agg"][6] == pytest.approx(24 / 4)
     assert eff["agg"][7] == pytest.approx(sum(ids) / 2 / h[2][2])
     assert eff["plain"][1:4] == (1, 1, 0) and eff["plain"][7] is None
 
@@ -221,9 +246,11 @@ def test_history_and_refresh_efficiency(env: tuple[PostgresMaintainer, Conn],
     assert status["agg"]["last_refresh"]["strategy"] == "id"
     assert status["agg"]["last_refresh"]["changes"] == 4
     assert status["agg"]["efficiency"]["recompute_refreshes"] == 1
-    assert [r["strategy"] for r in m.history("agg")] == ["create", "id", "recompute", "id"]
+    assert [r["strategy"] for r in m.history("agg")] == ["create", "id", "recompute",
+                                                         "rebuild", "id"]
 
-    # bounded: the newest HISTORY_ROWS rows, and the newest recomputation however old
+    # bounded: the newest HISTORY_ROWS rows, and the newest recomputation and rebuild however
+    # old
     hist = sql.Identifier(_companion(pg_schema), "refresh_history")
     conn.execute(sql.SQL("INSERT INTO {} (view, strategy, changes, seconds, reason) SELECT "
                          "'agg', 'id', 1, 0.001, 'filler' FROM generate_series(1, %s)").format(
@@ -231,9 +258,11 @@ def test_history_and_refresh_efficiency(env: tuple[PostgresMaintainer, Conn],
     conn.execute("UPDATE t SET x = x + 1 WHERE id = 1")
     m.maintain("agg", strategy="id")
     kept = _history(conn, pg_schema, "agg")
-    assert len(kept) == HISTORY_ROWS + 1
-    assert kept[0][0] == "recompute" and kept[-1][0] == "id" and kept[-1][1] == 2
+    assert len(kept) == HISTORY_ROWS + 2
+    assert kept[0][0] == "recompute" and kept[1][0] == "rebuild"
+    assert kept[-1][0] == "id" and kept[-1][1] == 2
     assert m.history_model("agg").recompute_seconds == pytest.approx(h[2][2])
+    assert m.history_model("agg").rebuild_seconds == pytest.approx(h[3][2])
     m.drop_view("plain")
     assert _history(conn, pg_schema, "plain") == []
 
@@ -424,7 +453,12 @@ def test_cli_create_auto_and_status(env: tuple[PostgresMaintainer, Conn], pg_dsn
     assert out["decision"]["choice"] == "recompute" and "maintain ≈" in out["decision"]["reason"]
     conn.execute("UPDATE t SET x = x + 1 WHERE id < 10")
     assert cli_main(["pg", "maintain", "agg", "--strategy", "id", *base]) == 0
-    assert "strategy='id' asked for this refresh" in " ".join(capsys.readouterr().out.split())
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "strategy='id' asked for this refresh" in shown
+    assert "rebuild:" in shown and "every stored relation recomputed" in shown  # (caches stale)
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 10")
+    assert cli_main(["pg", "maintain", "agg", "--strategy", "id", *base]) == 0
+    capsys.readouterr()
     assert cli_main(["pg", "status", "--json", *base]) == 0
     st = json.loads(capsys.readouterr().out)[0]
     assert st["strategy"] == "auto" and st["efficiency"]["id_refreshes"] == 1

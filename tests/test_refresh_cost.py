@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idivm.errors import IdivmError
 from idivm.refresh_cost import (
+    AMORTIZE,
     DEFAULT_PER_CHANGE,
     ENGINE_DEFAULTS,
     KEEP,
+    REBUILD_DEFAULT,
     History,
     choose_engine,
     decide,
@@ -167,15 +171,17 @@ samples = st.lists(st.tuples(st.sampled_from([1, 10, 300, 1000, 4000, 20000, 150
 @settings(max_examples=200, deadline=None)
 @given(recompute=st.floats(0.001, 2.0), rows=st.sampled_from([None, 1000, 50000]),
        now=st.sampled_from([None, 1000, 80000]), runs=samples,
-       probes=st.lists(st.integers(1, 10**7), min_size=20, max_size=20))
+       probes=st.lists(st.integers(1, 10**7), min_size=20, max_size=20),
+       stale=st.booleans(), rebuild=st.none() | st.floats(0.001, 5.0))
 def test_threshold_is_decide_for_every_batch_size(recompute: float, rows: int | None,
                                                    now: int | None,
                                                    runs: list[tuple[int, float]],
-                                                   probes: list[int]) -> None:
+                                                   probes: list[int], stale: bool,
+                                                   rebuild: float | None) -> None:
     """The threshold the compiled function applies chooses as ``decide`` does at every batch
     size — except above a size ``decide`` already recomputes, where ``decide`` may still
     explore (maintain once to measure) and the threshold recomputes."""
-    h = History().with_recompute(recompute, rows)
+    h = History(rebuild_seconds=rebuild, caches_stale=stale).with_recompute(recompute, rows)
     for n, s in runs:
         h = h.with_maintain(n, s, "postgres")
     t = threshold(now, h, "postgres")
@@ -189,6 +195,46 @@ def test_threshold_is_decide_for_every_batch_size(recompute: float, rows: int | 
             assert want == "id" and t.choice(n) == "id"
         else:
             assert t.choice(n) == "recompute"
+
+
+def test_stale_caches_are_rebuilt_only_where_maintaining_repays_it() -> None:
+    """After a recomputation of the view alone (its caches stale), maintaining costs a
+    rebuild first (every stored relation recomputed: measured by the newest ``rebuild`` run,
+    else ``REBUILD_DEFAULT`` × the recomputation): auto maintains again only if the
+    Δ-script's estimate plus the rebuild spread over ``AMORTIZE`` refreshes is below
+    recomputing — not where the Δ-script is merely a little cheaper, and it never explores
+    through a rebuild."""
+    runs = [("create", 0, 0.030, 1000), ("id", 10, 0.005, 1000), ("id", 1500, 0.050, 1000),
+            ("recompute", 1500, 0.030, 1000)]
+    h = History.of_runs(runs, "postgres")
+    assert h.rebuild_seconds is None and not h.caches_stale
+    fresh = decide("auto", 1500, 1000, h, "postgres")
+    assert fresh.choice == "recompute" and "stale" not in fresh.reason
+    stale = History.of_runs([*runs, ("rebuild", 200, 0.090, 1000)], "postgres")
+    assert stale.rebuild_seconds == 0.090 and stale.maintain == h.maintain  # (not a sample)
+    stale = replace(stale, caches_stale=True)
+    assert History.from_dict(stale.as_dict()) == stale
+    # 10 changes: maintained at ≈ 5 ms; the rebuild (90 ms) over 8 refreshes 11 ms: < 30 ms
+    small = decide("auto", 10, 1000, stale, "postgres")
+    assert small.choice == "id" and "rebuilds them (≈ 90.0 ms" in small.reason
+    # 600 changes ≈ 23 ms maintained (the measured 30 µs a change): 23 + 11 > 30 ms
+    mid = decide("auto", 600, 1000, stale, "postgres")
+    assert mid.maintain_estimate is not None and mid.maintain_estimate < 0.030
+    assert mid.choice == "recompute" and "caches are stale" in mid.reason
+    assert decide("auto", 600, 1000, replace(stale, caches_stale=False),
+                  "postgres").choice == "id"
+    # unmeasured rebuild: REBUILD_DEFAULT × the recomputation, scaled by the tables' rows
+    unmeasured = replace(stale, rebuild_seconds=None)
+    d = decide("auto", 10, 2000, unmeasured, "postgres")
+    assert f"rebuilds them (≈ {REBUILD_DEFAULT * 0.060:.2f} s" in d.reason
+    assert d.maintain_estimate is not None
+    assert d.choice == ("id" if d.maintain_estimate + REBUILD_DEFAULT * 0.060 / AMORTIZE
+                        <= 0.060 else "recompute")
+    # nothing measured at this size, within reach of recomputing: explored when fresh only
+    probe = History(recompute_seconds=0.010, recompute_rows=1000)
+    assert decide("auto", 300, 1000, probe, "postgres").choice == "id"
+    assert decide("auto", 300, 1000, replace(probe, caches_stale=True),
+                  "postgres").choice == "recompute"
 
 
 def test_threshold_without_a_measured_recomputation_maintains_everything() -> None:

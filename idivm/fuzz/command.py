@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--views-per-seed", type=int, default=5,
                    help="views sharing one seed's schema and rounds (default: 5)")
     p.add_argument("--strategy", nargs="+", choices=("id", "tuple", "auto"),
-                   help="strategies (default: id tuple on pg, id auto on spark)")
+                   help="strategies (default: id tuple auto on pg, id auto on spark)")
     p.add_argument("--dsn", default=os.environ.get(
         "IDIVM_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
         help="PostgreSQL DSN (the pg backend; the reference of spark and fresh)")

@@ -19,7 +19,7 @@ from idivm.fuzz.shrink import Repro, shrink
 from idivm.fuzz.workload import Case, random_case
 
 BACKENDS = ("pg", "spark", "fresh")
-DEFAULT_STRATEGIES = {"pg": ("id", "tuple"), "spark": ("id", "auto"), "fresh": ("auto",)}
+DEFAULT_STRATEGIES = {"pg": ("id", "tuple", "auto"), "spark": ("id", "auto"), "fresh": ("auto",)}
 
 
 @dataclass

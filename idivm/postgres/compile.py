@@ -55,7 +55,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 13  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 14  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 
 # SQLSTATEs of idivm's own refusals (class IV), mapped to Python errors by the maintainer
@@ -861,18 +861,24 @@ def _recomputed(tag: str, k: int) -> str:
     return f"__iv{tag}_r{k}"
 
 
-def _recompute_block(plan: Plan, companion: str, tag: str) -> str:
+def _recompute_block(plan: Plan, companion: str, tag: str, view_only: bool = False) -> str:
     """The recomputing branch: every stored relation (caches bottom-up, then the view) is
     computed anew from its query over the base tables (and the caches below it, recomputed
-    first), into its scratch relation (``_recomputed``: created with the code, like the
-    Δ-script's — no temporary table created, committed and planned again per run), then
-    brought to it by deleting the rows the recomputation lacks and inserting the rows the
-    relation lacks — so only rows that changed are written, and the logging triggers of a
-    view read by other views log exactly its net changes (an update as the deletion of the
-    old row and the insertion of the new: the fold nets them). Runs only if log rows are
-    pending; the caller moves the watermark as the Δ-script's branch does."""
+    first) — or, ``view_only``, the view alone from the base tables (``Plan.store_query``:
+    the caches are neither read nor written, and are then stale) — into its scratch relation
+    (``_recomputed``: created with the code, like the Δ-script's — no temporary table
+    created, committed and planned again per run), then brought to it by deleting the rows
+    the recomputation lacks and inserting the rows the relation lacks — so only rows that
+    changed are written, and the logging triggers of a view read by other views log exactly
+    its net changes (an update as the deletion of the old row and the insertion of the new:
+    the fold nets them). Runs only if log rows are pending; the caller moves the watermark
+    as the Δ-script's branch does."""
+    queries = list(enumerate(plan.materialize_queries()))
+    if view_only:
+        k, (m, _) = queries[-1]
+        queries = [(k, (m, plan.store_query()))]
     lines = []
-    for k, (m, query) in enumerate(plan.materialize_queries()):
+    for k, (m, query) in queries:
         r = Relation(_recomputed(tag, k), f"recompute {m.name}", "idivm__n")
         tmp = q(r.name)
         target = f"{q(companion)}.{q(m.name)}"
@@ -900,11 +906,16 @@ idivm__secs := idivm__secs || jsonb_build_array(jsonb_build_array(\
     return "IF idivm__logrows > 0 THEN\n" + _indent("\n".join(lines), 2) + "\nEND IF;"
 
 
+REBUILD_REASON = ("; the caches were stale (a recomputation had refreshed the view alone): "
+                  "every stored relation recomputed")
+
+
 def _history_block(name: str, companion: str, ran: str, relations: Sequence[str]) -> str:
     """A run that consumed log rows records itself in ``refresh_history`` (in the maintenance
     transaction: rolled back with it) — what ran, the log rows, the seconds so far, the
     tables' sizes, the reason — and the view's history is trimmed to its newest
-    ``HISTORY_ROWS`` rows and its newest recomputation (the cost model's measurement)."""
+    ``HISTORY_ROWS`` rows, its newest recomputation and its newest rebuild (the cost model's
+    measurements)."""
     comp = q(companion)
     hist = f"{comp}.{q(HISTORY)}"
     rels = f"ARRAY[{', '.join(lit(r) for r in relations)}]::text[]"
@@ -917,7 +928,9 @@ def _history_block(name: str, companion: str, ran: str, relations: Sequence[str]
     AND h.id <= (SELECT k.id FROM {hist} AS k WHERE k.view = {lit(name)}
                  ORDER BY k.id DESC OFFSET {HISTORY_ROWS} LIMIT 1)
     AND h.id IS DISTINCT FROM (SELECT max(r.id) FROM {hist} AS r WHERE r.view = {lit(name)}
-                               AND r.strategy IN ('recompute', 'create'));
+                               AND r.strategy IN ('recompute', 'create'))
+    AND h.id IS DISTINCT FROM (SELECT max(r.id) FROM {hist} AS r WHERE r.view = {lit(name)}
+                               AND r.strategy = 'rebuild');
 END IF;"""
 
 
@@ -1023,6 +1036,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     refresh = refresh or plan.strategy
     recomputes = plan.strategy != "recompute" and bool(base)  # a second, recomputing branch
     run_label = plan.strategy  # what the Δ-script is: id, tuple or recompute
+    cached = recomputes and len(plan.materialized) > 1  # caches below the view
+    decl += ["idivm__rebuilt boolean := false;", "idivm__stale boolean := false;"]
 
     body: list[str] = []
     body.append(
@@ -1194,23 +1209,43 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     script.append(empty)
     delta.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
     body.append(_auto_block(name, companion))
-    if recomputes:
+    views = f"{q(companion)}.views"
+    if cached:
+        # a recomputation refreshes the view alone, from the base tables, and leaves the
+        # caches stale (the registry's ``caches_stale``): the next run that maintains first
+        # recomputes every stored relation (a *rebuild*), and only then does the Δ-script
+        # run again — it never reads a stale cache
+        body.append(f"SELECT caches_stale INTO idivm__stale FROM {views} "
+                    f"WHERE name = {lit(name)};")
+        rebuilt = ("IF idivm__logrows > 0 THEN\n  idivm__stale := false;\n"
+                   "  idivm__rebuilt := true;\n  idivm__reason := idivm__reason || "
+                   f"{lit(REBUILD_REASON)};\nEND IF;")
+        body.append("IF idivm__choice = 'recompute' THEN\n"
+                    + _indent(_recompute_block(plan, companion, tag, view_only=True), 2)
+                    + "\n  IF idivm__logrows > 0 THEN\n    idivm__stale := true;\n  END IF;"
+                    + "\nELSIF idivm__stale THEN\n"
+                    + _indent(_recompute_block(plan, companion, tag), 2) + "\n"
+                    + _indent(rebuilt, 2) + "\nELSE\n"
+                    + _indent("\n".join(delta), 2) + "\nEND IF;")
+    elif recomputes:
         body.append("IF idivm__choice = 'recompute' THEN\n"
                     + _indent(_recompute_block(plan, companion, tag), 2) + "\nELSE\n"
                     + _indent("\n".join(delta), 2) + "\nEND IF;")
     else:
         body.extend(delta)
-    ran = "idivm__choice" if recomputes else lit(run_label)
+    ran = lit(run_label)
+    if recomputes:  # (a tuple-based Δ-script is recorded as one)
+        ran = ("CASE WHEN idivm__rebuilt THEN 'rebuild' WHEN idivm__choice = 'recompute' "
+               f"THEN 'recompute' ELSE {lit(run_label)} END")
     # the watermark computed once (consumed() is a SQL function, planned at each call: per
     # row of an UPDATE calling it, one row per table the view reads)
     body.append("IF idivm__folded THEN\n"
                 f"  idivm__watermark := {q(companion)}.consumed();\n"
                 f"  UPDATE {q(companion)}.log_users SET watermark = idivm__watermark "
                 f"WHERE view = {lit(name)};\n"
-                f"  UPDATE {q(companion)}.views SET last_maintained = now(), runs = runs + 1 "
-                f"WHERE name = {lit(name)};\nEND IF;")
-    if recomputes and run_label != "id":  # (a tuple-based Δ-script is recorded as one)
-        ran = f"CASE idivm__choice WHEN 'recompute' THEN 'recompute' ELSE {lit(run_label)} END"
+                f"  UPDATE {views} SET last_maintained = now(), runs = runs + 1"
+                + (", caches_stale = idivm__stale" if cached else "")
+                + f" WHERE name = {lit(name)};\nEND IF;")
     relations = [".".join(q(x) for x in (sources or {}).get(t, (schema, t))) for t in base]
     body.append(_history_block(name, companion, ran, relations))
     # (transactional: a run rolled back leaves the session cold)
@@ -1223,6 +1258,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 "idivm__decision ELSE '{}' END) || jsonb_build_object('choice', idivm__choice, "
                 "'reason', idivm__reason), "
                 "'history_id', idivm__hid, 'base_rows', idivm__base, 'cold', idivm__cold, "
+                "'caches_stale', idivm__stale, "
                 "'seconds', extract(epoch FROM clock_timestamp() - idivm__t0));")
 
     src = ("DECLARE\n" + _indent("\n".join(decl), 2) + "\nBEGIN\n"
@@ -1383,11 +1419,13 @@ $idivm$"""
 
 
 def history_source(companion: str) -> str:
-    """The companion's ``refresh_history`` (one row per refresh that consumed changes, and
-    one per view for its materialization by create_view: ``strategy`` ``create``) and
-    ``refresh_efficiency()``: per view, its refreshes by the Δ-script (``id``; a tuple-based
-    view's too) and by recomputation, their median seconds, the mean changes (log rows) and
-    the ratio of the medians (below 1: the Δ-script is the faster)."""
+    """The companion's ``refresh_history`` (one row per refresh that consumed changes —
+    ``id``, ``tuple``, ``recompute`` (the view alone) or ``rebuild`` (its stale caches and
+    the view recomputed) — and, with no changes, the materialization by create_view:
+    ``create``, the view's own, and for a view with caches ``rebuild``, all of it) and
+    ``refresh_efficiency()``: per view, its refreshes (all), by the Δ-script (``id``; a
+    tuple-based view's too) and by recomputation, their median seconds, the mean changes (log
+    rows) and the ratio of the medians (below 1: the Δ-script is the faster)."""
     comp = q(companion)
     hist = f"{comp}.{q(HISTORY)}"
     return f"""CREATE TABLE IF NOT EXISTS {hist} (
@@ -1418,6 +1456,7 @@ LANGUAGE sql STABLE AS $idivm$
                     FILTER (WHERE h.strategy = 'recompute'), 0),
          max(h.finished_at)
   FROM {comp}.views AS v LEFT JOIN {hist} AS h ON h.view = v.name AND h.strategy <> 'create'
+    AND h.changes > 0
   GROUP BY v.name ORDER BY v.name
 $idivm$"""
 

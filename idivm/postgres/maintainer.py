@@ -14,7 +14,7 @@ import json
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -201,6 +201,9 @@ class PostgresMaintainer:
             "format_version int NOT NULL, fingerprints jsonb NOT NULL, "
             "created timestamptz NOT NULL DEFAULT now(), last_maintained timestamptz, "
             "runs bigint NOT NULL DEFAULT 0)")
+        # set by a recomputation of the view alone (its caches then stale until a rebuild)
+        self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS "
+                          "caches_stale boolean NOT NULL DEFAULT false")
         self.conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {qq(self.companion, 'compiled')}")
         self.conn.execute(compile_.fingerprint_source(self.companion))
         self.conn.execute(compile_.history_source(self.companion))
@@ -337,14 +340,26 @@ class PostgresMaintainer:
             with self.conn.transaction():
                 self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 self._search_path()
-                t0 = time.perf_counter()
+                seconds = 0.0  # the view's own (from the base tables, as a recomputation)
                 for m, query in p.materialize_queries():
+                    t1 = time.perf_counter()
                     # fillfactor: room for HOT updates of the columns APPLYs set
-                    self.conn.execute(f"CREATE TABLE {qq(self.companion, m.name)} WITH "
-                                      f"(fillfactor = 90) AS {query.sql('postgres')}")
+                    if m is p.store and len(p.materialized) > 1:
+                        # shaped by the query over the caches (the Δ-script's), filled as a
+                        # recomputation fills it: timed, the cost model's first measure of one
+                        self.conn.execute(f"CREATE TABLE {qq(self.companion, m.name)} WITH "
+                                          f"(fillfactor = 90) AS {query.sql('postgres')} "
+                                          "WITH NO DATA")
+                        t1 = time.perf_counter()
+                        self.conn.execute(f"INSERT INTO {qq(self.companion, m.name)} "
+                                          f"{p.store_query().sql('postgres')}")
+                    else:
+                        self.conn.execute(f"CREATE TABLE {qq(self.companion, m.name)} WITH "
+                                          f"(fillfactor = 90) AS {query.sql('postgres')}")
                     self._indexes(p, m.name, m.key, m.nullable, m.lookups)
                     self.conn.execute(f"ANALYZE {qq(self.companion, m.name)}")
-                seconds = time.perf_counter() - t0
+                    if m is p.store:
+                        seconds = time.perf_counter() - t1
                 cols = ", ".join(q(c) for c in p.columns)
                 self.conn.execute(f"CREATE VIEW {qq(self.schema, name)} AS SELECT {cols} FROM "
                                   f"{qq(self.companion, p.store.name)}")
@@ -354,6 +369,7 @@ class PostgresMaintainer:
                                 for t in p.tables}
                 compiled = self._install_code(p, read, fingerprints, strategy)
                 # the materialization, timed: the cost model's first measure of a recompute
+                # (a rebuild's — every stored relation — is estimated from it until one runs)
                 self.conn.execute(
                     f"INSERT INTO {qq(self.companion, HISTORY)} (view, strategy, changes, "
                     f"seconds, base_rows, reason) VALUES (%s, 'create', 0, %s, "
@@ -619,7 +635,11 @@ class PostgresMaintainer:
                  bool(r[5])) for r in rows]
         sizes = [r[3] for r in runs if r[3] is not None]
         warm = any(not r[4] for r in runs if r[0] in ("id", "tuple") and r[1] > 0)
-        self._costs[view] = cost = _Cost(History.of_runs(runs, "postgres"),
+        stale = self.conn.execute(f"SELECT caches_stale FROM {qq(self.companion, REGISTRY)} "
+                                  "WHERE name = %s", (view,)).fetchone()
+        history = replace(History.of_runs(runs, "postgres"),
+                          caches_stale=bool(stale and stale[0]))
+        self._costs[view] = cost = _Cost(history,
                                          sizes[-1] if sizes else None,
                                          int(rows[-1][0]) if rows else None, warm)
         return cost
@@ -638,18 +658,22 @@ class PostgresMaintainer:
             out.decision |= {"changes": n, "maintain_estimate": d.maintain_estimate,
                              "recompute_estimate": d.recompute_estimate}
             if d.choice == out.choice:
-                out.decision["reason"] = d.reason
+                out.decision["reason"] = d.reason + (
+                    compile_.REBUILD_REASON if out.decision.get("strategy") == "rebuild" else "")
         if stats.get("history_id") is not None:
             rows = stats.get("base_rows")
             base_rows = int(rows) if rows is not None else cost.base_rows
             cold = bool(stats.get("cold"))
-            if out.choice != "recompute" and n > 0 and not cold and not cost.warm:
+            ran = out.decision.get("strategy", out.choice)
+            if ran in ("id", "tuple") and n > 0 and not cold and not cost.warm:
                 # the first warm run: the cold samples no longer count (History.of_runs)
                 self._cost(name, reload=True)
                 return out
-            h = cost.history
-            if out.choice == "recompute":
+            h = replace(cost.history, caches_stale=bool(stats.get("caches_stale")))
+            if ran == "recompute":
                 h = h.with_recompute(out.seconds, base_rows)
+            elif ran == "rebuild":
+                h = replace(h, rebuild_seconds=out.seconds)
             elif n > 0 and not (cold and cost.warm):
                 h = h.with_maintain(n, out.seconds, "postgres")
             self._costs[name] = _Cost(h, base_rows, int(stats["history_id"]), cost.warm)

@@ -44,6 +44,9 @@ def test_a_maintain_prunes_only_the_logs_it_consumed(pg_dsn: str, pg_schema: str
             conn.execute("UPDATE a SET v = v + 1 WHERE id > 15")
             stats = m.maintain("v")
             assert stats.log_rows == {"a": 10, "b": 0}
+            # the function's own clock, inside the call's (no lock wait, commit or prune)
+            assert 0 < stats.function_seconds < stats.seconds
+            assert stats.as_dict()["function_seconds"] == stats.function_seconds
             after = _pruned(conn, pg_schema)
             assert after["b"] == before["b"]  # b's log: no call
             assert after["a"] != before["a"] and _log_rows(conn, pg_schema, "a") == 0

@@ -794,7 +794,8 @@ class QueryRun:
                     stop = True
                     continue
                 took = time.perf_counter() - t0
-                rec[col] = {"s": took, "stats_s": stats.seconds, "changes": stats.changes,
+                rec[col] = {"s": took, "stats_s": stats.seconds,
+                            "function_s": stats.function_seconds, "changes": stats.changes,
                             "log_rows": stats.log_rows,
                             "idiff_rows": stats.idiff_rows, "applied_rows": stats.applied_rows,
                             "statement_seconds": stats.statement_seconds}

@@ -50,7 +50,7 @@ def relations_read(sql: str, dialect: str = "postgres", schema: str | None = Non
                    ) -> set[str]:
     """The names of the tables (or views) ``sql`` reads, folded as the dialect folds them
     (WITH names are not among them)."""
-    tree = _parsed(sql, dialect)
+    tree = parsed(sql, dialect)
     tree = _inline_ctes(tree)
     out = set()
     for t in tree.find_all(exp.Table):
@@ -60,7 +60,7 @@ def relations_read(sql: str, dialect: str = "postgres", schema: str | None = Non
     return out
 
 
-def _parsed(sql: str, dialect: str) -> exp.Expr:
+def parsed(sql: str, dialect: str) -> exp.Expr:
     """The one SELECT query of ``sql``, its unquoted identifiers folded."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
@@ -82,7 +82,7 @@ def parse_view(sql: str, catalog: Catalog, dialect: str = "postgres",
     only, and a column outside them (a derived table's column nothing above reads) is a typed
     NULL there, its value never reaching the view. ``schema``: the schema the catalog
     describes; a table qualified by it is the catalog's, one qualified by another is refused."""
-    tree = _parsed(sql, dialect)
+    tree = parsed(sql, dialect)
     _refuse(tree)
     tree = _alias_tables(unnest.inline_constants(_inline_ctes(tree)))
     for t in tree.find_all(exp.Table):

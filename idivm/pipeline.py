@@ -17,7 +17,7 @@ from idivm.catalog import Column, Table, normalize_type
 from idivm.errors import UnsupportedSQL
 from idivm.plan import Plan
 
-__all__ = ["check_reads", "input_table", "order"]
+__all__ = ["check_input", "check_reads", "input_table", "order"]
 
 GLOBAL_GROUP = "___g"  # how the hidden ID of an aggregate without GROUP BY ends
 
@@ -34,7 +34,18 @@ def check_reads(name: str, reads: Iterable[str]) -> None:
 def input_table(name: str, plan: Plan, types: Mapping[str, str]) -> Table:
     """View ``name`` (its ``plan``; ``types``: its columns' SQL types) as a table of the views
     over it: its declared columns, keyed by its IDs — refused, naming why, when its IDs are not
-    among its columns or can be NULL."""
+    among its columns or can be NULL (``check_input``)."""
+    check_input(name, plan)
+    key = tuple(plan.store.key)
+    known = plan.infos[plan.root.nid].nullable  # (NOT NULL where the planner can tell)
+    return Table(name, tuple(Column(c, normalize_type(types[c]),
+                                    c not in key and known.get(c, True))
+                             for c in plan.columns), key)
+
+
+def check_input(name: str, plan: Plan) -> None:
+    """Refuse, naming why, view ``name`` (its ``plan``) as an input of other views when its
+    IDs are not among its columns or can be NULL."""
     key = tuple(plan.store.key)
     what = f"view {name} read by another view"
     hidden = [k for k in key if k not in plan.columns]
@@ -51,10 +62,6 @@ def input_table(name: str, plan: Plan, types: Mapping[str, str]) -> Table:
         raise UnsupportedSQL(what, f"its IDs {', '.join(nullable)} can be NULL (declare the "
                              "columns they come from NOT NULL, or filter out their NULLs): a "
                              "view over it addresses its rows by them")
-    known = plan.infos[plan.root.nid].nullable  # (NOT NULL where the planner can tell)
-    return Table(name, tuple(Column(c, normalize_type(types[c]),
-                                    c not in key and known.get(c, True))
-                             for c in plan.columns), key)
 
 
 def order(upstream: Mapping[str, Sequence[str]], names: Iterable[str]) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from sqlglot import exp
 
-from idivm import pipeline
+from idivm import hoist, pipeline
 from idivm.catalog import Catalog, Table
 from idivm.errors import BackendError, IdivmError, MaintenanceError, UnsupportedSQL
 from idivm.frontend import relations_read
@@ -209,6 +209,12 @@ class PostgresMaintainer:
         # set by a recomputation of the view alone (its caches then stale until a rebuild)
         self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS "
                           "caches_stale boolean NOT NULL DEFAULT false")
+        # the view that made this one of a CTE it reads twice (create_view), dropped with it
+        self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS "
+                          "owner text")
+        # the query as create_view was given it, when ``sql`` reads such views instead
+        self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS "
+                          "written text")
         self.conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {qq(self.companion, 'compiled')}")
         self.conn.execute(compile_.fingerprint_source(self.companion))
         self.conn.execute(compile_.history_source(self.companion))
@@ -256,11 +262,14 @@ class PostgresMaintainer:
         return self._plans[name]
 
     def definitions(self) -> dict[str, str]:
-        """The schema's views → the query each was created with."""
+        """The schema's views → the query each was created with (not the views create_view
+        made of their CTEs)."""
         if not self._has(REGISTRY):
             return {}
-        rows = self.conn.execute(f"SELECT name, sql FROM {qq(self.companion, REGISTRY)}"
-                                 ).fetchall()
+        rows = self.conn.execute(
+            "SELECT v.name, coalesce(to_jsonb(v) ->> 'written', v.sql) "
+            f"FROM {qq(self.companion, REGISTRY)} AS v "
+            "WHERE to_jsonb(v) ->> 'owner' IS NULL").fetchall()
         return {str(n): str(q_) for n, q_ in rows}
 
     def dependencies(self) -> dict[str, tuple[str, ...]]:
@@ -291,6 +300,13 @@ class PostgresMaintainer:
         estimates cheaper from the pending changes, the tables' sizes and the view's
         ``refresh_history``), ``tuple`` (tuple-based t-diffs, the baseline) or ``recompute``.
 
+        Unless it recomputes, a WITH query the view reads more than once (an aggregate:
+        ``hoist.shared_ctes``) becomes a view of its own, ``<name>__<cte>``, maintained once
+        per refresh ahead of the view, which reads its changes like a table's; the registry
+        records the view as its ``owner``, and ``drop_view(name)`` drops it too. A CTE that
+        cannot key such a view (its IDs hidden or nullable) stays inline, as does every CTE
+        when ``changes`` is declared.
+
         Unsupported SQL raises before anything is created; any failure rolls back. Writers
         are held up only while the logging triggers are installed, not while the view is
         computed.
@@ -298,6 +314,63 @@ class PostgresMaintainer:
         if len(name.encode()) > MAX_IDENT:
             raise BackendError(f"view name {name!r} is longer than PostgreSQL's "
                                f"{MAX_IDENT}-byte identifiers")
+        hoisted = {} if changes or strategy == "recompute" else \
+            self._hoistable(name, view_sql, catalog, strategy)
+        if not hoisted:
+            return self._create_view(name, view_sql, changes, catalog, strategy)
+        created: list[str] = []
+        try:
+            for view, body in hoisted.values():
+                self._create_view(view, body, None, catalog, strategy)
+                created.append(view)
+            p = self._create_view(name, hoist.read_from(view_sql, {
+                a: v for a, (v, _) in hoisted.items()}), changes, catalog, strategy)
+            with self.conn.transaction():
+                self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET owner = %s "
+                                  "WHERE name = ANY(%s)", (name, created))
+                self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET written = %s "
+                                  "WHERE name = %s", (view_sql, name))
+        except BaseException:
+            for v in reversed(created):  # nothing of the attempt stays
+                if v in self._views():
+                    self.drop_view(v, cascade=True)
+            raise
+        return p
+
+    def _hoistable(self, name: str, view_sql: str, catalog: Catalog | None,
+                   strategy: RefreshStrategy) -> dict[str, tuple[str, str]]:
+        """The view's CTEs to hold as views of their own (``hoist.shared_ctes``): CTE name →
+        (the view's name, its query), for those that plan as a view over the schema's tables
+        alone, keyed by IDs it shows and never NULL, under a name free in the schema. Plans
+        only; creates nothing."""
+        out: dict[str, tuple[str, str]] = {}
+        try:
+            shared = hoist.shared_ctes(view_sql)
+        except UnsupportedSQL:
+            return out  # (create_view then says what does not parse)
+        views = set(self._views())
+        for cte in shared:
+            view = f"{name}__{cte.alias}"
+            if len(view.encode()) > MAX_IDENT or view in views or view == name \
+                    or any(v == view for v, _ in out.values()):
+                continue
+            row = self.conn.execute("SELECT to_regclass(%s)", (qq(self.schema, view),)
+                                    ).fetchone()
+            if (row and row[0]) or relations_read(cte.body, schema=self.schema) & views:
+                continue
+            try:
+                p = plan(cte.body, catalog or self.catalog(), name=view,
+                         strategy=planned(strategy), schema=self.schema)
+                pipeline.check_input(view, p)
+            except IdivmError:
+                continue  # (inline, as the planner takes it)
+            out[cte.alias] = (view, cte.body)
+        return out
+
+    def _create_view(self, name: str, view_sql: str,
+                     changes: Mapping[str, Sequence[str]] | None,
+                     catalog: Catalog | None, strategy: RefreshStrategy) -> Plan:
+        """``create_view`` of one view, as written."""
         full = catalog or self.catalog()
         reads = relations_read(view_sql, schema=self.schema)
         pipeline.check_reads(name, reads)
@@ -846,12 +919,15 @@ class PostgresMaintainer:
         e = self._entry(name)
         views = self._views()
         dependents = sorted(v for v, ts in views.items() if name in ts)
+        owned = self._owned(name)
         if dependents and not cascade:
             raise BackendError(f"view {name!r} is read by view(s) {', '.join(dependents)}: "
                                "drop them first, or drop it with cascade=True")
         for d in dependents:
             if d in self._views():  # (a dependent of another dependent may be gone already)
                 self.drop_view(d, cascade=True)
+        if dependents and name not in self._views():
+            return  # (dropped with the view that made it of a CTE)
         try:
             with self.conn.transaction():
                 changelog.lock_companion(self.conn, self.schema)
@@ -876,6 +952,17 @@ class PostgresMaintainer:
             raise BackendError(f"drop_view {name!r} failed: {str(e2).strip()}") from e2
         self._plans.pop(name, None)
         self._costs.pop(name, None)
+        for v in owned:  # the views it made of its CTEs, unless read by another view since
+            if v in self._views() and not any(v in ts for ts in self._views().values()):
+                self.drop_view(v)
+
+    def _owned(self, name: str) -> list[str]:
+        """The views ``create_view(name, …)`` made of the view's CTEs (registry ``owner``; a
+        registry from before the column has none)."""
+        rows = self.conn.execute(f"SELECT v.name FROM {qq(self.companion, REGISTRY)} AS v "
+                                 "WHERE to_jsonb(v) ->> 'owner' = %s ORDER BY v.name",
+                                 (name,)).fetchall()
+        return [str(r[0]) for r in rows]
 
     def _drop_scratch(self, function: str) -> None:
         """Drop the scratch relations of the code whose function is ``function``."""

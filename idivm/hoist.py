@@ -15,14 +15,16 @@ the SQL text; the backend decides the rest (a name for the view, whether its IDs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
 
+from idivm.errors import UnsupportedSQL
 from idivm.frontend import parsed
+from idivm.planner.model import MAX_IDENT
 
-__all__ = ["SharedCte", "read_from", "shared_ctes"]
+__all__ = ["SharedCte", "chosen", "read_from", "shared_ctes"]
 
 DIALECT = "postgres"
 
@@ -122,3 +124,22 @@ def read_from(sql: str, views: Mapping[str, str]) -> str:
     else:
         tree.set("with_", None)
     return tree.sql(DIALECT)
+
+
+def chosen(name: str, sql: str, holdable: Callable[[str, str], bool]
+           ) -> dict[str, tuple[str, str]]:
+    """The shared CTEs of view ``name`` a backend holds as views of their own: CTE name →
+    (the view's name, ``<name>__<cte>``; its query), for those ``holdable(view, query)``
+    accepts (the backend's say: the name free, the query planned as a view its IDs key). SQL
+    that does not parse gives none (creating the view then says why)."""
+    try:
+        shared = shared_ctes(sql)
+    except UnsupportedSQL:
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    for cte in shared:
+        view = f"{name}__{cte.alias}"
+        if len(view.encode()) <= MAX_IDENT and view != name \
+                and all(v != view for v, _ in out.values()) and holdable(view, cte.body):
+            out[cte.alias] = (view, cte.body)
+    return out

@@ -187,3 +187,18 @@ def test_dropping_the_cte_view_with_cascade(db: Any, pg_schema: str) -> None:
     m.drop_view("top__revenue", cascade=True)
     assert m.status() == []
     assert not conn.execute(f"SELECT to_regclass('{pg_schema}.top')").fetchone()[0]
+
+
+def test_a_leftover_of_an_unfinished_create_is_reclaimed(db: Any, pg_schema: str) -> None:
+    """A create_view killed between the CTE's view and the view leaves the first, owned by a
+    view that does not exist: the next create_view of that name drops it and starts over."""
+    m, conn = db
+    m.create_view("top", TOP)
+    body = m._entry("top__revenue")["sql"]
+    m.drop_view("top")
+    m._create_view("top__revenue", body, None, None, "id")  # (the unfinished create)
+    conn.execute(f"UPDATE {pg_schema}__idivm.views SET owner = 'top' "
+                 "WHERE name = 'top__revenue'")
+    m.create_view("top", TOP)
+    assert _owners(conn, pg_schema) == {"top": None, "top__revenue": "top"}
+    assert set(m.plan_of("top").tables) == {"sup", "top__revenue"}

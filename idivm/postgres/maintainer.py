@@ -314,8 +314,12 @@ class PostgresMaintainer:
         if len(name.encode()) > MAX_IDENT:
             raise BackendError(f"view name {name!r} is longer than PostgreSQL's "
                                f"{MAX_IDENT}-byte identifiers")
-        hoisted = {} if changes or strategy == "recompute" else \
-            self._hoistable(name, view_sql, catalog, strategy)
+        views = self._views()
+        if name in views or changes or strategy == "recompute":
+            return self._create_view(name, view_sql, changes, catalog, strategy)
+        for v in self._owned(name):  # left by a create_view of this name that did not finish
+            self.drop_view(v, cascade=True)
+        hoisted = self._hoistable(name, view_sql, catalog, strategy)
         if not hoisted:
             return self._create_view(name, view_sql, changes, catalog, strategy)
         created: list[str] = []
@@ -323,13 +327,12 @@ class PostgresMaintainer:
             for view, body in hoisted.values():
                 self._create_view(view, body, None, catalog, strategy)
                 created.append(view)
+                self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET owner = %s "
+                                  "WHERE name = %s", (name, view))
             p = self._create_view(name, hoist.read_from(view_sql, {
                 a: v for a, (v, _) in hoisted.items()}), changes, catalog, strategy)
-            with self.conn.transaction():
-                self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET owner = %s "
-                                  "WHERE name = ANY(%s)", (name, created))
-                self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET written = %s "
-                                  "WHERE name = %s", (view_sql, name))
+            self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET written = %s "
+                              "WHERE name = %s", (view_sql, name))
         except BaseException:
             for v in reversed(created):  # nothing of the attempt stays
                 if v in self._views():
@@ -339,33 +342,26 @@ class PostgresMaintainer:
 
     def _hoistable(self, name: str, view_sql: str, catalog: Catalog | None,
                    strategy: RefreshStrategy) -> dict[str, tuple[str, str]]:
-        """The view's CTEs to hold as views of their own (``hoist.shared_ctes``): CTE name →
-        (the view's name, its query), for those that plan as a view over the schema's tables
-        alone, keyed by IDs it shows and never NULL, under a name free in the schema. Plans
-        only; creates nothing."""
-        out: dict[str, tuple[str, str]] = {}
-        try:
-            shared = hoist.shared_ctes(view_sql)
-        except UnsupportedSQL:
-            return out  # (create_view then says what does not parse)
+        """The view's CTEs to hold as views of their own (``hoist.chosen``): those that plan
+        as a view over the schema's tables alone, keyed by IDs it shows and never NULL, under
+        a name free in the schema. Plans only; creates nothing."""
         views = set(self._views())
-        for cte in shared:
-            view = f"{name}__{cte.alias}"
-            if len(view.encode()) > MAX_IDENT or view in views or view == name \
-                    or any(v == view for v, _ in out.values()):
-                continue
+
+        def holdable(view: str, body: str) -> bool:
             row = self.conn.execute("SELECT to_regclass(%s)", (qq(self.schema, view),)
                                     ).fetchone()
-            if (row and row[0]) or relations_read(cte.body, schema=self.schema) & views:
-                continue
+            if view in views or (row and row[0]) \
+                    or relations_read(body, schema=self.schema) & views:
+                return False
             try:
-                p = plan(cte.body, catalog or self.catalog(), name=view,
-                         strategy=planned(strategy), schema=self.schema)
-                pipeline.check_input(view, p)
+                pipeline.check_input(view, plan(body, catalog or self.catalog(), name=view,
+                                                strategy=planned(strategy),
+                                                schema=self.schema))
             except IdivmError:
-                continue  # (inline, as the planner takes it)
-            out[cte.alias] = (view, cte.body)
-        return out
+                return False  # (inline, as the planner takes it)
+            return True
+
+        return hoist.chosen(name, view_sql, holdable)
 
     def _create_view(self, name: str, view_sql: str,
                      changes: Mapping[str, Sequence[str]] | None,
@@ -959,6 +955,8 @@ class PostgresMaintainer:
     def _owned(self, name: str) -> list[str]:
         """The views ``create_view(name, …)`` made of the view's CTEs (registry ``owner``; a
         registry from before the column has none)."""
+        if not self._has(REGISTRY):
+            return []
         rows = self.conn.execute(f"SELECT v.name FROM {qq(self.companion, REGISTRY)} AS v "
                                  "WHERE to_jsonb(v) ->> 'owner' = %s ORDER BY v.name",
                                  (name,)).fetchall()

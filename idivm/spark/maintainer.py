@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from sqlglot import exp
 
-from idivm import pipeline
+from idivm import hoist, pipeline
 from idivm.catalog import Catalog, Table
 from idivm.errors import BackendError, IdivmError
 from idivm.frontend import relations_read
@@ -355,9 +355,70 @@ class SparkMaintainer:
         """Materialize the view and its caches as Delta tables (refused SQL raises before
         anything is written). ``strategy``: ``auto`` (the default: each refresh maintains or
         recomputes, whichever is estimated cheaper), ``id`` (always the ID-based Δ-script),
-        ``tuple`` (t-diffs, the baseline) or ``recompute``."""
+        ``tuple`` (t-diffs, the baseline) or ``recompute``.
+
+        Unless it recomputes, a WITH aggregate the view reads more than once
+        (``hoist.shared_ctes``) becomes a view of its own, ``<name>__<cte>``, refreshed once
+        ahead of the view, which reads its change feed like any view it reads; the registry
+        records ``name`` as its ``owner`` and ``drop_view(name)`` drops it too. A CTE that
+        cannot key such a view stays inline, as does every CTE when ``changes`` is declared."""
         if strategy not in ("auto", "id", "tuple", "recompute"):
             raise IdivmError(f"strategy must be auto, id, tuple or recompute, not {strategy!r}")
+        views = self.registry()["views"]
+        if name in views or changes or strategy == "recompute":
+            return self._create_view(name, view_sql, changes, strategy)
+        for v, e in sorted(views.items()):  # left by a create_view of this name that did not
+            if e.get("owner") == name and v in self.registry()["views"]:  # finish
+                self.drop_view(v, cascade=True)
+        hoisted = hoist.chosen(name, view_sql,
+                               lambda v, body: self._holdable(v, body, strategy))
+        if not hoisted:
+            return self._create_view(name, view_sql, changes, strategy)
+        created: list[str] = []
+        try:
+            for view, body in hoisted.values():
+                self._create_view(view, body, None, strategy)
+                created.append(view)
+                self._annotate(view, owner=name)
+            p = self._create_view(name, hoist.read_from(view_sql, {
+                a: v for a, (v, _) in hoisted.items()}), changes, strategy)
+            self._annotate(name, written=view_sql)
+        except BaseException:
+            for v in reversed(created):  # nothing of the attempt stays
+                if v in self.registry()["views"]:
+                    self.drop_view(v, cascade=True)
+            raise
+        return p
+
+    def _annotate(self, view: str, **entries: str) -> None:
+        reg = self.registry()
+        reg["views"][view].update(entries)
+        self._save(reg)
+
+    def _holdable(self, view: str, body: str, strategy: RefreshStrategy) -> bool:
+        """``view`` can hold a CTE's query ``body``: the name is free, it reads base tables
+        only, and it plans as a view its IDs key (``pipeline.check_input``)."""
+        reg = self.registry()
+        if view in reg["views"] or view in reg["tables"] \
+                or relations_read(body) & set(reg["views"]):
+            return False
+        try:
+            pipeline.check_input(view, plan(body, self.catalog, name=view,
+                                            strategy=_planned(strategy)))
+        except IdivmError:
+            return False
+        return True
+
+    def definitions(self) -> dict[str, str]:
+        """The views → the query each was created with (not the views create_view made of
+        their CTEs)."""
+        return {v: str(e.get("written") or e["sql"])
+                for v, e in self.registry()["views"].items() if not e.get("owner")}
+
+    def _create_view(self, name: str, view_sql: str,
+                     changes: Mapping[str, Sequence[str]] | None,
+                     strategy: RefreshStrategy) -> Plan:
+        """``create_view`` of one view, as written."""
         reads_ = relations_read(view_sql)
         pipeline.check_reads(name, reads_)
         upstream = sorted(reads_ & set(self.registry()["views"]))
@@ -417,6 +478,8 @@ class SparkMaintainer:
         for d in dependents:
             if d in self.registry()["views"]:
                 self.drop_view(d, cascade=True)
+        if dependents and name not in self.registry()["views"]:
+            return  # (dropped with the view that made it of a CTE)
         self._inputs.pop(name, None)
         for m in p.materialized:
             self.store.drop(m.name)
@@ -428,6 +491,9 @@ class SparkMaintainer:
         self._plans.pop(name, None)
         self._duckdb_texts.pop(name, None)
         self._driver_ok.pop(name, None)
+        for v, e in sorted(reg["views"].items()):  # the views it made of its CTEs
+            if e.get("owner") == name and not self._views_reading(v):
+                self.drop_view(v)
 
     def status(self) -> list[dict[str, Any]]:
         reg = self.registry()

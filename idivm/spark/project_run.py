@@ -142,7 +142,8 @@ def _existing(spec: Spec) -> dict[str, str]:
     reg = spec.storage / "_idivm" / "registry.json"
     if not reg.exists():
         return {}
-    return {v: str(e["sql"]) for v, e in json.loads(reg.read_text())["views"].items()}
+    return {v: str(e.get("written") or e["sql"])  # (as written; not the views made of CTEs)
+            for v, e in json.loads(reg.read_text())["views"].items() if not e.get("owner")}
 
 
 def dry_run(spec: Spec, full_refresh: bool = False) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
@@ -24,7 +25,10 @@ from idivm.errors import UnsupportedSQL
 from idivm.frontend import parsed
 from idivm.planner.model import MAX_IDENT
 
-__all__ = ["SharedCte", "chosen", "read_from", "shared_ctes"]
+P = TypeVar("P")
+
+__all__ = ["SharedCte", "as_written", "chosen", "create_with_views", "read_from",
+           "shared_ctes"]
 
 DIALECT = "postgres"
 
@@ -143,3 +147,33 @@ def chosen(name: str, sql: str, holdable: Callable[[str, str], bool]
                 and all(v != view for v, _ in out.values()) and holdable(view, cte.body):
             out[cte.alias] = (view, cte.body)
     return out
+
+
+def create_with_views(name: str, sql: str, hoisted: Mapping[str, tuple[str, str]],
+                      create: Callable[[str, str], P], annotate: Callable[..., None],
+                      drop: Callable[[str], None]) -> P:
+    """Create view ``name`` over the views of its CTEs (``hoisted``, from ``chosen``): each CTE
+    view first (``create(view, query)``; its ``owner`` recorded at once, so a create killed
+    halfway leaves views the next create of ``name`` can tell are its own), then the view
+    reading them, its query as written recorded (``annotate(view, **entries)``). On any
+    failure the CTE views made are dropped (``drop``) and the error re-raised. The backends'
+    side effects come in as callbacks; the order is the same on every backend."""
+    created: list[str] = []
+    try:
+        for view, body in hoisted.values():
+            create(view, body)
+            created.append(view)
+            annotate(view, owner=name)
+        out = create(name, read_from(sql, {a: v for a, (v, _) in hoisted.items()}))
+        annotate(name, written=sql)
+    except BaseException:
+        for v in reversed(created):  # nothing of the attempt stays
+            drop(v)
+        raise
+    return out
+
+
+def as_written(views: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Registry entries (view → its ``sql``, ``owner``, ``written``) → the query each view was
+    created with, leaving out the views made of CTEs."""
+    return {v: str(e.get("written") or e["sql"]) for v, e in views.items() if not e.get("owner")}

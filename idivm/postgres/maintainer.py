@@ -322,23 +322,20 @@ class PostgresMaintainer:
         hoisted = self._hoistable(name, view_sql, catalog, strategy)
         if not hoisted:
             return self._create_view(name, view_sql, changes, catalog, strategy)
-        created: list[str] = []
-        try:
-            for view, body in hoisted.values():
-                self._create_view(view, body, None, catalog, strategy)
-                created.append(view)
-                self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET owner = %s "
-                                  "WHERE name = %s", (name, view))
-            p = self._create_view(name, hoist.read_from(view_sql, {
-                a: v for a, (v, _) in hoisted.items()}), changes, catalog, strategy)
-            self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET written = %s "
-                              "WHERE name = %s", (view_sql, name))
-        except BaseException:
-            for v in reversed(created):  # nothing of the attempt stays
-                if v in self._views():
-                    self.drop_view(v, cascade=True)
-            raise
-        return p
+        return hoist.create_with_views(
+            name, view_sql, hoisted,
+            lambda v, q_: self._create_view(v, q_, None, catalog, strategy),  # (no changes)
+            self._annotate, self._drop_made)
+
+    def _annotate(self, view: str, **entries: str) -> None:
+        """Set registry columns of ``view`` (``owner``, ``written``)."""
+        for column, value in entries.items():
+            self.conn.execute(f"UPDATE {qq(self.companion, REGISTRY)} SET {q(column)} = %s "
+                              "WHERE name = %s", (value, view))
+
+    def _drop_made(self, view: str) -> None:
+        if view in self._views():
+            self.drop_view(view, cascade=True)
 
     def _hoistable(self, name: str, view_sql: str, catalog: Catalog | None,
                    strategy: RefreshStrategy) -> dict[str, tuple[str, str]]:

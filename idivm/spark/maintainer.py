@@ -374,21 +374,14 @@ class SparkMaintainer:
                                lambda v, body: self._holdable(v, body, strategy))
         if not hoisted:
             return self._create_view(name, view_sql, changes, strategy)
-        created: list[str] = []
-        try:
-            for view, body in hoisted.values():
-                self._create_view(view, body, None, strategy)
-                created.append(view)
-                self._annotate(view, owner=name)
-            p = self._create_view(name, hoist.read_from(view_sql, {
-                a: v for a, (v, _) in hoisted.items()}), changes, strategy)
-            self._annotate(name, written=view_sql)
-        except BaseException:
-            for v in reversed(created):  # nothing of the attempt stays
-                if v in self.registry()["views"]:
-                    self.drop_view(v, cascade=True)
-            raise
-        return p
+        return hoist.create_with_views(
+            name, view_sql, hoisted,
+            lambda v, q: self._create_view(v, q, None, strategy),  # (no changes: see above)
+            self._annotate, self._drop_made)
+
+    def _drop_made(self, view: str) -> None:
+        if view in self.registry()["views"]:
+            self.drop_view(view, cascade=True)
 
     def _annotate(self, view: str, **entries: str) -> None:
         reg = self.registry()
@@ -412,8 +405,7 @@ class SparkMaintainer:
     def definitions(self) -> dict[str, str]:
         """The views → the query each was created with (not the views create_view made of
         their CTEs)."""
-        return {v: str(e.get("written") or e["sql"])
-                for v, e in self.registry()["views"].items() if not e.get("owner")}
+        return hoist.as_written(self.registry()["views"])
 
     def _create_view(self, name: str, view_sql: str,
                      changes: Mapping[str, Sequence[str]] | None,

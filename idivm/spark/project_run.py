@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from idivm import project
+from idivm import hoist, project
 from idivm.catalog import Catalog
 from idivm.errors import IdivmError, UnsupportedSQL
 from idivm.refresh_cost import RefreshStrategy
@@ -142,8 +142,7 @@ def _existing(spec: Spec) -> dict[str, str]:
     reg = spec.storage / "_idivm" / "registry.json"
     if not reg.exists():
         return {}
-    return {v: str(e.get("written") or e["sql"])  # (as written; not the views made of CTEs)
-            for v, e in json.loads(reg.read_text())["views"].items() if not e.get("owner")}
+    return hoist.as_written(json.loads(reg.read_text())["views"])
 
 
 def dry_run(spec: Spec, full_refresh: bool = False) -> dict[str, Any]:

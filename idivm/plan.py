@@ -19,6 +19,7 @@ from idivm.planner.ids import infer_ids
 from idivm.planner.instantiate import RuleDag, instantiate
 from idivm.planner.model import STRATEGIES, BaseSchema, NodeInfo, Strategy
 from idivm.planner.rewrite import rewrite
+from idivm.planner.selective import Statistics, chosen
 from idivm.render import render
 from idivm.script import Apply, Compute, Dialect, Statement, to_sql
 
@@ -37,6 +38,8 @@ class Plan:
     statements: tuple[Statement, ...]  # the minimized Δ-script
     catalog: Catalog
     strategy: Strategy = "id"  # id: i-diffs; tuple: t-diffs (the baseline); recompute
+    # the σ over a scan stored as caches (``planner/selective.py``), by signature
+    selective: frozenset[str] = frozenset()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -161,11 +164,14 @@ class Plan:
 
 def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | None = None,
          dialect: str = "postgres", strategy: Strategy = "id",
-         schema: str | None = None) -> Plan:
+         schema: str | None = None, statistics: Statistics | None = None) -> Plan:
     """Plan deferred maintenance of ``view_sql``: ID-based (the four passes of §4), with the
     same passes over tuple-based rules (``strategy="tuple"``, the paper's baseline), or by
     recomputation (``strategy="recompute"``). ``schema``: the schema ``catalog`` describes
-    (tables qualified by it are accepted; any other qualification is refused)."""
+    (tables qualified by it are accepted; any other qualification is refused).
+    ``statistics``: a backend's estimates, by which a σ over a scan that a join reads is
+    stored as a cache where it keeps few of the table's rows (``planner/selective.py``;
+    ``selective.Recorded``: the choices a view was created with)."""
     if strategy not in STRATEGIES:
         raise IdivmError(f"unknown strategy {strategy!r}: use {', '.join(STRATEGIES)}")
     view = _rewritten(parse_view(view_sql, catalog, dialect, schema=schema), catalog)
@@ -180,7 +186,8 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
         return _recompute_plan(name, view, root, infos, catalog)
     schemas = generate(root, infos, catalog, changes, strategy)  # §5
     dag = instantiate(root, infos, schemas, catalog, strategy)  # pass 2
-    comp = compose(root, infos, dag, name)  # pass 3
+    selective = chosen(root, infos, statistics)
+    comp = compose(root, infos, dag, name, selective)  # pass 3
     resolver = Resolver(root, infos, dag, comp, catalog)
     nodes = {n.nid: n for n in A.walk(root)}
     fetch = minimize.rewrite_fetch(nodes)  # pass 4 (Figure 8), then composition of queries
@@ -192,7 +199,8 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
                          st.phase)
         stmts.append(st)
     stmts = minimize.compose_queries(minimize.drop_unread(minimize.inline_single_use(stmts)))
-    return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog, strategy)
+    return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog, strategy,
+                frozenset(selective.values()))
 
 
 def _rewritten(view: ViewQuery, catalog: Catalog) -> ViewQuery:

@@ -11,7 +11,7 @@ after; placeholders then resolve against what is applied at that point.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -41,7 +41,9 @@ FETCH = re.compile(r"^__fetch__(post|pre)__(\d+)__(d\d+)$")
 class Materialized:
     nid: int
     name: str
-    role: str  # "view", "cache: input of γ", "cache: output of γ", "cache: ranged input"
+    # "view", "cache: input of γ", "cache: output of γ", "cache: ranged input",
+    # "cache: selective input" (a σ over a scan a join reads, ``planner/selective.py``)
+    role: str
     key: tuple[str, ...]
     nullable: frozenset[str]
     columns: tuple[str, ...]
@@ -66,7 +68,11 @@ def cache_name(view: str, nid: int) -> str:
     return fit(f"{view}__cache{nid}")
 
 
-def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
+SELECTIVE = "cache: selective input"
+
+
+def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str,
+                  selective: Collection[int] = ()
                   ) -> tuple[list[Materialized], dict[int, dict[str, str]]]:
     parents: dict[int, A.Node] = {}
     for n in A.walk(root):
@@ -108,6 +114,8 @@ def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
             via_root[n.nid] = mapping
         else:
             chosen[n.nid] = "cache: output of γ"
+    for nid in selective:  # (a σ cached for another reason keeps that role)
+        chosen.setdefault(nid, SELECTIVE)
     out = []
     for n in A.walk(root):
         if n.nid in chosen or n is root:
@@ -120,9 +128,10 @@ def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str
     return out, via_root
 
 
-def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
-            ) -> Composition:
-    mats, via_root = decide_caches(root, infos, view)
+def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str,
+            selective: Collection[int] = ()) -> Composition:
+    """``selective``: the σ over a scan to store as caches (``planner/selective.py``)."""
+    mats, via_root = decide_caches(root, infos, view, selective)
     by_nid = {m.nid: m for m in mats}
     segment: dict[int, int] = {}  # operator → the materialized operator its i-diffs feed
 

@@ -26,8 +26,10 @@ from idivm.errors import BackendError, IdivmError, MaintenanceError, Unsupported
 from idivm.frontend import relations_read
 from idivm.plan import Plan, plan
 from idivm.planner.model import MAX_IDENT
+from idivm.planner.selective import Recorded
 from idivm.postgres import changelog
 from idivm.postgres import compile as compile_
+from idivm.postgres.statistics import PgStatistics
 from idivm.refresh_cost import (
     REFRESH_STRATEGIES,
     Decision,
@@ -215,6 +217,10 @@ class PostgresMaintainer:
         # the query as create_view was given it, when ``sql`` reads such views instead
         self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS "
                           "written text")
+        # the σ over a scan the plan stores as caches (``planner/selective.py``), decided from
+        # the tables' statistics at create_view: a re-plan from the registry makes the same
+        self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS "
+                          "selective text[]")
         self.conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {qq(self.companion, 'compiled')}")
         self.conn.execute(compile_.fingerprint_source(self.companion))
         self.conn.execute(compile_.history_source(self.companion))
@@ -243,8 +249,9 @@ class PostgresMaintainer:
             self._check_layout()
             cur = self.conn.execute(
                 f"SELECT sql, changes, strategy, catalog, tables, relations, function, "
-                f"prune_function, fingerprints, format_version "
-                f"FROM {qq(self.companion, REGISTRY)} "
+                f"prune_function, fingerprints, format_version, "
+                f"to_jsonb(v) -> 'selective' AS selective "
+                f"FROM {qq(self.companion, REGISTRY)} AS v "
                 "WHERE name = %s", (name,))
             row = cur.fetchone()
             if row is not None and cur.description is not None:
@@ -258,7 +265,8 @@ class PostgresMaintainer:
             e = self._entry(name)
             self._plans[name] = plan(e["sql"], Catalog.from_ddl(e["catalog"]), name=name,
                                      changes=e["changes"], strategy=planned(e["strategy"]),
-                                     schema=self.schema)
+                                     schema=self.schema,
+                                     statistics=Recorded(frozenset(e["selective"] or ())))
         return self._plans[name]
 
     def definitions(self) -> dict[str, str]:
@@ -371,8 +379,11 @@ class PostgresMaintainer:
         if upstream:  # views of this schema it reads: tables keyed by their IDs
             full = Catalog.of([*(t for n, t in full.tables.items() if n not in upstream),
                                *(self._as_table(v) for v in upstream)])
+        # id-based plans store a σ a join reads as a cache where it keeps few of the
+        # table's rows, by PostgreSQL's estimates now (the tuple baseline as it was)
         p = plan(view_sql, full, name=name, changes=changes, strategy=planned(strategy),
-                 schema=self.schema)
+                 schema=self.schema, statistics=PgStatistics(self.conn, self.schema)
+                 if planned(strategy) == "id" else None)
         for v in upstream:  # it starts from their state now (then both move together)
             self.maintain(v)
         self._check_functions(view_sql)
@@ -450,11 +461,12 @@ class PostgresMaintainer:
                 self.conn.execute(
                     f"INSERT INTO {qq(self.companion, REGISTRY)} (name, sql, changes, strategy, "
                     "catalog, tables, relations, function, prune_function, format_version, "
-                    "fingerprints) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "fingerprints, selective) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     (name, view_sql, json.dumps(dict(changes)) if changes else None, strategy,
                      ";\n".join(read.ddl()), list(p.tables), [m.name for m in p.materialized],
                      compiled.function, compiled.prune_function, compile_.FORMAT_VERSION,
-                     json.dumps(fingerprints)))
+                     json.dumps(fingerprints), sorted(p.selective)))
                 if p.tables:  # a view over no table consumes no log
                     changelog.advance(self.conn, self.schema, name)
         except (psycopg.Error, IdivmError) as e:

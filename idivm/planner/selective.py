@@ -1,0 +1,135 @@
+"""Which filtered scans a join reads are worth a cache: σ_φ(T) stored, indexed on T's key.
+
+A join's rules read the other input's Input_post for every change of this one: TPC-H Q17 joins
+12k changed line items with ``σ(part: Brand#23, MED BOX)`` — 204 of 200k parts — and
+PostgreSQL reads them by scanning ``part`` (twice per refresh: the magic set's copy too), or by
+12k probes of its key. Stored as a cache (the parts σ keeps, with their key's index), that
+input is a relation of 204 rows, maintained from ``part``'s log rows that meet φ (the log
+filter keeps no others), which is cheap where φ keeps few of T's rows.
+
+``candidates`` names each σ directly over a scan that is an input of a join (inner, outer,
+semi, anti) with a deterministic condition of plain operators (a cache of ``now()``'s rows
+would go stale); ``chosen`` keeps those whose estimated fraction of the table's rows is at most
+``SELECTIVE_FRACTION``, asked of a ``Statistics`` — a backend's estimates (PostgreSQL:
+``EXPLAIN``), or the choices a view was created with (``Recorded``), so a re-plan from the
+registry makes the same caches. Without statistics nothing is chosen: plans, and the
+Δ-scripts in ``scripts_out/``, are as before. A candidate is named by its ``signature`` (the
+table and φ over its columns), so a σ and its copies (a magic set's) are chosen together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlglot import exp
+
+from idivm import algebra as A
+from idivm.planner.log_filter import SAFE
+from idivm.planner.model import NodeInfo
+
+__all__ = ["SELECTIVE_FRACTION", "Candidate", "Recorded", "Statistics", "candidates",
+           "chosen"]
+
+# at most this fraction of the table's rows kept by φ: the cache pays (an estimate's error of
+# a few × still leaves it far smaller than the table)
+SELECTIVE_FRACTION = 0.1
+
+# the inputs of these operators are read as Input_post for the other input's changes
+_JOINS = (A.Join, A.OuterJoin, A.SemiJoin, A.AntiJoin)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A σ directly over a scan of ``table``, read by a join."""
+
+    nid: int
+    table: str
+    predicate: exp.Expr  # φ over the table's own column names
+
+    @property
+    def signature(self) -> str:
+        """The table and φ, as PostgreSQL SQL over the table's columns: what names the choice."""
+        return f"{self.table}: {self.predicate.sql('postgres')}"
+
+    def query(self, table: exp.Table) -> exp.Select:
+        """``SELECT * FROM table WHERE φ`` (``table``: how the backend names it)."""
+        return exp.select("*").from_(table).where(self.predicate.copy())
+
+
+class Statistics(Protocol):
+    """Estimates a backend gives the planner."""
+
+    def selectivity(self, candidate: Candidate) -> float | None:
+        """The estimated fraction of ``candidate.table``'s rows φ keeps; None: unknown, or the
+        table too small for a cache to matter (not cached)."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The choices a view was created with: its chosen signatures are selective, no other."""
+
+    signatures: frozenset[str]
+
+    def selectivity(self, candidate: Candidate) -> float | None:
+        return 0.0 if candidate.signature in self.signatures else None
+
+
+def _base_names(scan: A.Scan, e: exp.Expr) -> exp.Expr:
+    names = dict(zip(scan.cols, scan.base_cols, strict=True))
+
+    def rw(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.name in names:
+            return exp.column(names[node.name], quoted=True)
+        return node
+    return e.copy().transform(rw)
+
+
+def _equated(join: A.Node, child: A.Node) -> set[str]:
+    """The columns of ``child`` that ``join``'s condition equates with the other input's."""
+    mine = set(child.columns)
+    pred = getattr(join, "predicate", None)
+    return {a if a in mine else b for a, b in A.equalities(pred) if (a in mine) != (b in mine)}
+
+
+def candidates(root: A.Node, infos: Mapping[int, NodeInfo]) -> tuple[Candidate, ...]:
+    """Each σ over a scan that a join reads by its whole key (the join's condition equates
+    every ID of the σ with a column of the other input: each row of the other input meets at
+    most one of its rows — a dimension's rows, read for the other input's changes), with a
+    deterministic φ. A σ read by other columns (line items by ``l_partkey``) is left alone:
+    its table is read through that column's index, and its changes — a fact table's, many —
+    would each be applied to the cache as well."""
+    out = []
+    for n in A.walk(root):
+        if not isinstance(n, _JOINS):
+            continue
+        for child in n.children:
+            if not (isinstance(child, A.Select) and isinstance(child.child, A.Scan)):
+                continue
+            info = infos[child.nid]
+            if not info.ids or not set(info.ids) <= _equated(n, child) \
+                    or info.multivalued or info.one_row \
+                    or any(info.nullable.get(k, True) for k in info.ids) \
+                    or not all(isinstance(x, SAFE) for x in child.predicate.walk()):
+                continue
+            out.append(Candidate(child.nid, child.child.table,
+                                 _base_names(child.child, child.predicate)))
+    return tuple(out)
+
+
+def chosen(root: A.Node, infos: Mapping[int, NodeInfo], stats: Statistics | None
+           ) -> dict[int, str]:
+    """The candidates to cache: nid → signature."""
+    if stats is None:
+        return {}
+    out: dict[int, str] = {}
+    verdicts: dict[str, bool] = {}
+    for cand in candidates(root, infos):
+        sig = cand.signature
+        if sig not in verdicts:
+            f = stats.selectivity(cand)
+            verdicts[sig] = f is not None and f <= SELECTIVE_FRACTION
+        if verdicts[sig]:
+            out[cand.nid] = sig
+    return out

@@ -8,8 +8,9 @@ input is a relation of 204 rows, maintained from ``part``'s log rows that meet �
 filter keeps no others), which is cheap where φ keeps few of T's rows.
 
 ``candidates`` names each σ directly over a scan that is an input of a join (inner, outer,
-semi, anti) with a deterministic condition of plain operators (a cache of ``now()``'s rows
-would go stale); ``chosen`` keeps those whose estimated fraction of the table's rows is at most
+semi, anti) reading it by its whole key, with a condition of the plain, deterministic operators
+the log filter takes (its cache is maintained from the log rows that filter keeps); ``chosen``
+keeps those whose estimated fraction of the table's rows is at most
 ``SELECTIVE_FRACTION``, asked of a ``Statistics`` — a backend's estimates (PostgreSQL:
 ``EXPLAIN``), or the choices a view was created with (``Recorded``), so a re-plan from the
 registry makes the same caches. Without statistics nothing is chosen: plans, and the

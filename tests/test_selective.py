@@ -188,3 +188,20 @@ def test_pg_differential(db: Any, sql: str) -> None:
             assert got == want, (st, r)
         seen.append(sum(want.values()) if sql != BRAND else next(iter(want))[0] is not None)
     assert all(seen[4:]), seen  # the view reads rows (parts moved into φ) after a few rounds
+
+
+def test_pg_over_a_view(db: Any) -> None:
+    """A σ of an upstream view (a pipeline) read by its key: cached from that view's logged
+    changes, and the downstream view equals its query after every batch."""
+    m, conn, _ = db
+    m.create_view("up", "SELECT pk, brand, size FROM part WHERE size < 40")
+    down = ("SELECT l.lk, l.qty, u.size FROM line l JOIN up u ON u.pk = l.pk "
+            "WHERE u.brand = 'B3'")
+    p = m.create_view("down", down)
+    assert "cache: selective input" in _roles(p), _roles(p)
+    rng = random.Random(11)
+    for r in range(6):
+        _batch(conn, rng)
+        m.maintain("down")  # (maintains up first, in the same transaction)
+        want = Counter(map(tuple, conn.execute(down).fetchall()))
+        assert Counter(map(tuple, conn.execute("SELECT * FROM down").fetchall())) == want, r

@@ -74,6 +74,17 @@ def _through(e: exp.Expr, exprs: Mapping[str, exp.Expr]) -> exp.Expr | None:
     return e.copy().transform(rw)
 
 
+def base_named(scan: A.Scan, e: exp.Expr) -> exp.Expr:
+    """``e``, a condition over ``scan``'s plan column names, over its table's own column names."""
+    names = dict(zip(scan.cols, scan.base_cols, strict=True))
+
+    def rw(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.name in names:
+            return exp.column(names[node.name], quoted=True)
+        return node
+    return e.copy().transform(rw)
+
+
 def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], root: A.Node
            ) -> Iterable[tuple[A.Scan, exp.Expr | None]]:
     """Each scan below ``node`` with the condition its rows must meet to reach the view."""
@@ -115,13 +126,7 @@ def log_filters(root: A.Node, cached: Iterable[int] = ()) -> dict[str, exp.Expr]
     per: dict[str, list[exp.Expr | None]] = {}
     for scan, cond in _scans(root, (), frozenset(cached), root):
         if cond is not None:
-            names = dict(zip(scan.cols, scan.base_cols, strict=True))
-
-            def rw(node: exp.Expr, names: Mapping[str, str] = names) -> exp.Expr:
-                if isinstance(node, exp.Column) and node.name in names:
-                    return exp.column(names[node.name], quoted=True)
-                return node
-            cond = cond.copy().transform(rw)
+            cond = base_named(scan, cond)
         per.setdefault(scan.table, []).append(cond)
     out: dict[str, exp.Expr] = {}
     for table, conds in per.items():

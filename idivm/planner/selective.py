@@ -27,7 +27,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from idivm import algebra as A
-from idivm.planner.log_filter import SAFE
+from idivm.planner.log_filter import SAFE, base_named
 from idivm.planner.model import NodeInfo
 
 __all__ = ["SELECTIVE_FRACTION", "Candidate", "Recorded", "Statistics", "candidates",
@@ -77,16 +77,6 @@ class Recorded:
         return 0.0 if candidate.signature in self.signatures else None
 
 
-def _base_names(scan: A.Scan, e: exp.Expr) -> exp.Expr:
-    names = dict(zip(scan.cols, scan.base_cols, strict=True))
-
-    def rw(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Column) and node.name in names:
-            return exp.column(names[node.name], quoted=True)
-        return node
-    return e.copy().transform(rw)
-
-
 def _equated(join: A.Node, child: A.Node) -> set[str]:
     """The columns of ``child`` that ``join``'s condition equates with the other input's."""
     mine = set(child.columns)
@@ -115,7 +105,7 @@ def candidates(root: A.Node, infos: Mapping[int, NodeInfo]) -> tuple[Candidate, 
                     or not all(isinstance(x, SAFE) for x in child.predicate.walk()):
                 continue
             out.append(Candidate(child.nid, child.child.table,
-                                 _base_names(child.child, child.predicate)))
+                                 base_named(child.child, child.predicate)))
     return tuple(out)
 
 

@@ -12,6 +12,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+# fresh views' C++ compiled at -O1 (the g++ runs were most of the fresh tests' time; the
+# benchmarks, out of the suite, compile at -O3); a value set by hand wins
+os.environ.setdefault("IDIVM_FRESH_OPT", "-O1")
+
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 T = TypeVar("T")
 START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
@@ -91,15 +95,30 @@ def spark_available() -> None:
         pytest.skip(why)
 
 
+TEST_SPARK_CONF = {
+    # one shuffle partition and no adaptive re-planning: a few rows per table
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    # expressions interpreted, no whole-stage code generation: compiling the generated Java of
+    # each of thousands of one-off queries cost more than running them (the Spark differential
+    # suite's paper views: 110 s -> 69 s with these and C1 below). The results cannot differ:
+    # Spark falls back to the same interpreted evaluation whenever code generation fails.
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # the JIT's C1 compiler only: a short-lived driver running many small jobs (as the CLI's)
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m",
+}
+
+
 @pytest.fixture(scope="session")
 def spark(spark_available: None) -> Iterator[Any]:
     """One embedded SparkSession per test process (pytest-xdist worker), shared by every Spark
-    test module: two shuffle partitions (tiny tables: as many tasks as there are cores). Later
-    ``getOrCreate`` calls (the CLI's, a harness's) reuse it; stopped when the process's tests
-    end."""
+    test module. Later ``getOrCreate`` calls (the CLI's, a harness's) reuse it; stopped when the
+    process's tests end. The tests run thousands of jobs over a few rows each, so what costs is
+    Spark's per-query work, not the rows: ``TEST_SPARK_CONF``."""
     from idivm.spark import embedded_session
 
-    s = embedded_session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    s = embedded_session("local[2]", conf=TEST_SPARK_CONF)
     yield s
     s.stop()
 

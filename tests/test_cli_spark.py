@@ -14,21 +14,14 @@ from idivm.examples import PAPER_DDL, V_PRIME_SQL, V_SQL
 
 
 @pytest.fixture(scope="module")
-def spark(spark_available: None) -> Iterator[Any]:
-    """One embedded session for the module, handed to the CLI through
-    ``idivm.spark.session.SPARK_SESSION``.
-
-    Skipped without Java or pyspark, failed instead when ``CI=true``. Not stopped afterwards:
-    later test modules' ``getOrCreate`` reuse it.
-    """
-    from idivm.spark import embedded_session
+def spark(spark: Any) -> Iterator[Any]:
+    """The test process's session (``conftest.spark``, which this fixture overrides for the
+    module) handed to the CLI through ``idivm.spark.session.SPARK_SESSION``."""
     from idivm.spark import session as session_module
-    from idivm.spark.session import driver_conf
 
-    session = embedded_session("local[2]", conf=driver_conf(short_run=True))
     saved = session_module.SPARK_SESSION
-    session_module.SPARK_SESSION = session
-    yield session
+    session_module.SPARK_SESSION = spark
+    yield spark
     session_module.SPARK_SESSION = saved
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -165,7 +166,8 @@ def test_fuzz_fresh_fixed_seed(pg_dsn: str, cxx: None) -> None:
     assert s.accepted >= 1
 
 
-def test_fuzz_spark_fixed_seed(pg_dsn: str, spark_available: None) -> None:
+def test_fuzz_spark_fixed_seed(pg_dsn: str, spark: Any) -> None:
+    # (``spark``: the test process's session, which the fuzzer's getOrCreate reuses)
     s = fuzz(FuzzOptions(backend="spark", dsn=pg_dsn, seed=SPARK_SEED, views=SPARK_VIEWS,
                          rounds=1, views_per_seed=SPARK_VIEWS, shrink=False))
     assert s.findings == [], s.findings

@@ -2,8 +2,10 @@
 
 Cache entries live under ``$IDIVM_FRESH_CACHE`` (default ``~/.cache/idivm/fresh``), one
 directory per hash of the generated source, the runtime headers and the compiler command;
-the readable ``view.cpp`` is kept next to ``view.so``. A build goes to a temporary file renamed
-into place, so concurrent compiles of the same view never load a half-written library.
+the readable ``view.cpp`` is kept next to ``view.so``. ``$IDIVM_FRESH_OPT`` replaces the
+optimization level (default ``-O3``; the test suite compiles at ``-O1``, ~2.5x sooner). A build
+goes to a temporary file renamed into place, so concurrent compiles of the same view never
+load a half-written library.
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from idivm.errors import BackendError
 
 HERE = Path(__file__).parent
 RUNTIME = ("runtime.hpp", "abi.hpp")
-FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-march=native", "-DNDEBUG")
+FLAGS = ("-std=c++17", "-shared", "-fPIC", "-march=native", "-DNDEBUG")
+OPT = "-O3"
+
+
+def flags() -> tuple[str, ...]:
+    """The compiler's flags: ``FLAGS`` and the optimization level (``$IDIVM_FRESH_OPT``)."""
+    opt = os.environ.get("IDIVM_FRESH_OPT") or OPT
+    if opt not in ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og"):
+        raise BackendError(f"IDIVM_FRESH_OPT must be one of -O0 -O1 -O2 -O3 -Os -Og, not {opt!r}")
+    return (opt, *FLAGS)
 
 
 def cache_dir() -> Path:
@@ -36,9 +47,9 @@ def compiler() -> str:
 
 def build(source: str) -> Path:
     """The shared library for ``source`` (compiled on first use, then cached)."""
-    cxx = compiler()
+    cxx, opts = compiler(), flags()
     h = hashlib.sha256()
-    for part in (source, *((HERE / f).read_text() for f in RUNTIME), cxx, *FLAGS):
+    for part in (source, *((HERE / f).read_text() for f in RUNTIME), cxx, *opts):
         h.update(part.encode())
         h.update(b"\0")
     entry = cache_dir() / h.hexdigest()[:24]
@@ -51,7 +62,7 @@ def build(source: str) -> Path:
     (entry / "view.cpp").write_text(source)
     fd, tmp = tempfile.mkstemp(dir=entry, suffix=".so")
     os.close(fd)
-    cmd = [cxx, *FLAGS, "-o", tmp, str(entry / "view.cpp")]
+    cmd = [cxx, *opts, "-o", tmp, str(entry / "view.cpp")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         os.unlink(tmp)

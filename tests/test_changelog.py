@@ -18,7 +18,8 @@ from idivm.catalog import Column, Table
 from idivm.errors import BackendError, CatalogError
 from idivm.postgres import changelog as cl
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_DSN = ("postgresql://postgres@127.0.0.1:5432/postgres"
+               "?options=-c%20synchronous_commit%3Doff")  # as conftest.DEFAULT_DSN
 START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
 

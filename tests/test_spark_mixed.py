@@ -1,5 +1,7 @@
 """Spark backend, differential: every operator's views maintained by Spark SQL and DuckDB on
-the driver in turn — a row one engine wrote is found by the other in the bucket it expects."""
+the driver in turn (Spark SQL first) — each view equal to its recomputation after every round,
+and a row one engine wrote found by the other in the bucket it expects. The suite's run of
+Spark SQL over these views and workloads (the driver's alone: test_spark_differential.py)."""
 
 from __future__ import annotations
 

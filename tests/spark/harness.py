@@ -147,8 +147,8 @@ def views_match_recomputation(spark: Any, tmp_path: Path, schema_key: str,
     rewritten: list[tuple[int, int]] = []
     rounds = ROUNDS if engine != "mixed" else 4
     for r in range(rounds):
-        if engine == "mixed":
-            m.engine = ("driver", "spark")[r % 2]
+        if engine == "mixed":  # Spark SQL in rounds 0 and 2 (0: two commits folded at once)
+            m.engine = ("spark", "driver")[r % 2]
         run.step(8)
         if r == 0:
             run.step(8)  # two commits before one maintain: folding across versions

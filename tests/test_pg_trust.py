@@ -280,6 +280,7 @@ def wait_for_lock(mon: Conn, pid: int, t: Bg) -> None:
 
 # where a maintain is held, in the order it gets there; what a cancel there must report
 POINTS = {
+    "the registry": ("LOCK TABLE {registry} IN ACCESS EXCLUSIVE MODE", "rolled back"),
     "view lock": ("LOCK TABLE {lock} IN EXCLUSIVE MODE", "rolled back"),
     "base table": ("LOCK TABLE devices IN ACCESS EXCLUSIVE MODE", "rolled back"),
     "stored view": ("LOCK TABLE {store} IN EXCLUSIVE MODE", "rolled back"),
@@ -291,7 +292,8 @@ POINTS = {
 @pytest.mark.parametrize("how", ["pg_cancel_backend", "statement_timeout"])
 @pytest.mark.parametrize("point", list(POINTS))
 def test_cancel_at_each_point_of_a_maintain(env: Env, point: str, how: str) -> None:
-    """A maintain held at each of its waiting points — the view's lock, a base table's lock
+    """A maintain held at each of its waiting points — its first read (the registry, before
+    the ``CALL``), the view's lock, a base table's lock
     before the snapshot, its writes, its COMMIT, the prune after it — and cancelled there:
     the outcome says what happened, no lock is left, and a re-run makes the view right."""
     w = env.conn()
@@ -305,7 +307,8 @@ def test_cancel_at_each_point_of_a_maintain(env: Env, point: str, how: str) -> N
     before = rows(mon, sql.SQL("SELECT * FROM {}").format(sql.Identifier(env.schema, "v")))
     names = {"lock": sql.Identifier(env.companion, lock_relation("v")).as_string(None),
              "store": sql.Identifier(env.companion, "v__store").as_string(None),
-             "log_tables": sql.Identifier(env.companion, "log_tables").as_string(None)}
+             "log_tables": sql.Identifier(env.companion, "log_tables").as_string(None),
+             "registry": sql.Identifier(env.companion, "views").as_string(None)}
     holder = env.conn(autocommit=False)
     hold, expected = POINTS[point]
     if hold is None:  # a deferred constraint trigger sleeping at the maintenance's COMMIT

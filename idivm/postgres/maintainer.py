@@ -9,11 +9,12 @@ names resolve.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -618,11 +619,12 @@ class PostgresMaintainer:
         by its own strategy), in the same transaction: one snapshot of the base tables for
         all; their statistics are in ``upstream``."""
         start = time.perf_counter()
-        info = self._refresh_info()
-        if strategy and name not in info:
-            self._entry(name)  # (raises: no such view)
-        order = pipeline.order(_upstream(info), [name]) if name in info else []
-        stats = self._decided_call(name, order, info, {name: strategy} if strategy else {})
+        with _before_call(repr(name)):
+            info = self._refresh_info()
+            if strategy and name not in info:
+                self._entry(name)  # (raises: no such view)
+            order = pipeline.order(_upstream(info), [name]) if name in info else []
+            stats = self._decided_call(name, order, info, {name: strategy} if strategy else {})
         out = self._stats(name, stats)
         out.upstream = {k: self._stats(k, v) for k, v in (stats.get("upstream") or {}).items()}
         out.seconds = time.perf_counter() - start
@@ -634,14 +636,15 @@ class PostgresMaintainer:
         snapshot of the base tables): view name → its statistics. ``strategy`` as
         ``maintain``'s, for each view it applies to (not ``id`` to a ``recompute`` view, nor
         ``tuple`` to a view of another strategy)."""
-        if not self._views():
-            return {}
-        if not self._has_procedure("maintain_all"):  # a companion from before pipelines
-            self._recompile_stale(None)
-        info = self._refresh_info()
-        order = pipeline.order(_upstream(info), info)
-        asked = {v: strategy for v in order if strategy and _applies(strategy, info[v][0])}
-        stats = self._decided_call(None, order, info, asked)
+        with _before_call(f"the views of schema {self.schema!r}"):
+            if not self._views():
+                return {}
+            if not self._has_procedure("maintain_all"):  # a companion from before pipelines
+                self._recompile_stale(None)
+            info = self._refresh_info()
+            order = pipeline.order(_upstream(info), info)
+            asked = {v: strategy for v in order if strategy and _applies(strategy, info[v][0])}
+            stats = self._decided_call(None, order, info, asked)
         return {k: self._stats(k, v) for k, v in (stats.get("views") or {}).items()}
 
     def _decided_call(self, name: str | None, order: Sequence[str],
@@ -1044,6 +1047,19 @@ class PostgresMaintainer:
             changelog.log_ref(self.schema, table)).where(changelog.pending_predicate(mark))
         row = self.conn.execute(query.sql("postgres")).fetchone()
         return int(row[0]) if row else 0
+
+
+@contextlib.contextmanager
+def _before_call(what: str) -> Iterator[None]:
+    """The reads a maintain makes before its ``CALL`` (the registry, the refresh history): a
+    failure there (a statement timeout, a cancel, a lost connection) ran nothing, so it is
+    reported as the ``CALL``'s own failures are — rolled back, re-run it — not as a raw driver
+    error. (``_call`` reports the ``CALL``'s failures itself.)"""
+    try:
+        yield
+    except psycopg.Error as e:
+        raise MaintenanceError(f"maintenance of {what} failed before it changed anything, "
+                               f"and was rolled back (re-run it): {str(e).strip()}") from e
 
 
 def _applies(asked: RefreshStrategy, strategy: str) -> bool:

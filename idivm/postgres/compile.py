@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -218,6 +218,7 @@ def inline_single_use(statements: Sequence[Statement], keep: frozenset[str]) -> 
 NO_EQUALITY = frozenset({exp.DataType.Type.JSON, exp.DataType.Type.XML})
 Fix = Callable[[exp.Expr], exp.Expr]
 Types = dict[str, dict[str, exp.DataType]]
+TypesOf = Mapping[str, Mapping[str, exp.DataType]]  # (read only: ``RelationTypes`` too)
 
 
 def _same(e: exp.Expr) -> exp.Expr:
@@ -235,13 +236,21 @@ def _no_equality(t: exp.DataType | None) -> bool:
     return t is not None and t.this in NO_EQUALITY
 
 
+@functools.lru_cache(maxsize=4096)
+def _type_text(t: exp.DataType) -> str:
+    return t.sql("postgres")
+
+
 def _annotated(tree: exp.Expr, types: Mapping[str, Mapping[str, exp.DataType]]) -> exp.Expr | None:
+    """A typed copy of ``tree``; ``types``: column types of the relations it may read (only
+    those it names go into the schema: ``relation_types`` passes every relation so far)."""
     from sqlglot.optimizer.annotate_types import annotate_types
 
+    read = {t.name for t in tree.find_all(exp.Table)}
     try:
-        return annotate_types(tree.copy(), schema={k: {c: t.sql("postgres") for c, t in v.items()}
-                                                   for k, v in types.items()},
-                              dialect="postgres")
+        return annotate_types(tree.copy(), schema={
+            k: {c: _type_text(t) for c, t in types[k].items()} for k in read if k in types},
+            dialect="postgres")
     except Exception:  # noqa: BLE001 - not annotatable: left as it is
         return None
 
@@ -317,11 +326,59 @@ def comparable(tree: exp.Expr, types: Mapping[str, Mapping[str, exp.DataType]]) 
     return t
 
 
+class RelationTypes(Mapping[str, dict[str, exp.DataType]]):
+    """Column types of every relation the compiled code reads, typed when first asked for:
+    a relation's query is annotated (``_annotated``, sqlglot's ``annotate_types``: the
+    costliest part of a compile when done for every statement) only when a rewrite needs its
+    types (``comparable`` where json/xml columns are read, ``cut_unions``), after the
+    relations it reads, in the script's order."""
+
+    def __init__(self, known: Types, queries: Sequence[tuple[str, exp.Expr]]) -> None:
+        self._known = known
+        self._queries = dict(queries)
+        self._order = [n for n, _ in queries]
+
+    def __getitem__(self, name: str) -> dict[str, exp.DataType]:
+        if name not in self._known:
+            if name not in self._queries:
+                raise KeyError(name)
+            self._type(name)
+        return self._known[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._known or name in self._queries
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._known
+        yield from (n for n in self._order if n not in self._known)
+
+    def __len__(self) -> int:
+        return len(self._known) + sum(1 for n in self._order if n not in self._known)
+
+    def _type(self, name: str) -> None:
+        needed: set[str] = set()
+        stack = [name]
+        while stack:  # the untyped relations ``name`` reads, transitively
+            n = stack.pop()
+            if n in needed or n in self._known:
+                continue
+            needed.add(n)
+            stack.extend(t.name for t in self._queries[n].find_all(exp.Table)
+                         if t.name in self._queries)
+        for n in self._order:  # each after those it reads
+            if n in needed and n not in self._known:
+                a = _annotated(self._queries[n], self)
+                self._known[n] = {} if a is None or not isinstance(a, exp.Query) else {
+                    c: (o.type or exp.DataType.build("unknown"))
+                    for c, o in zip(a.named_selects, a.selects, strict=False)}
+
+
 def relation_types(plan: Plan, names: Mapping[str, str], tables: Mapping[str, Table],
                    column_types: Mapping[str, Mapping[str, str]],
-                   statements: Sequence[Statement]) -> Types:
+                   statements: Sequence[Statement]) -> RelationTypes:
     """Column types of every relation the compiled code reads: base tables (as the server
-    names them), change tables, the stored relations and the temporaries, in order."""
+    names them), change tables, the stored relations and the temporaries (these typed when
+    first read: ``RelationTypes``)."""
     out: Types = {t: {c: _dtype(v) for c, v in column_types[t].items()} for t in tables}
     for t, tb in tables.items():
         col = out[t]
@@ -331,20 +388,9 @@ def relation_types(plan: Plan, names: Mapping[str, str], tables: Mapping[str, Ta
         change.update({HAS_PRE: exp.DataType.build("boolean"),
                        HAS_POST: exp.DataType.build("boolean")})
         out[names[change_table(t)]] = change
-
-    def outputs(query: exp.Expr) -> dict[str, exp.DataType]:
-        a = _annotated(query, out)
-        if a is None or not isinstance(a, exp.Query):
-            return {}
-        return {n: (o.type or exp.DataType.build("unknown"))
-                for n, o in zip(a.named_selects, a.selects, strict=False)}
-
-    for m, query in plan.materialize_queries():
-        out[m.name] = outputs(query)
-    for s in statements:
-        if isinstance(s, Compute):
-            out[s.name] = outputs(s.query)
-    return out
+    queries: list[tuple[str, exp.Expr]] = [(m.name, q_) for m, q_ in plan.materialize_queries()]
+    queries += [(s.name, s.query) for s in statements if isinstance(s, Compute)]
+    return RelationTypes(out, queries)
 
 
 # --------------------------------------------------------------------------- code generation
@@ -409,7 +455,7 @@ def _pruned(item: Inlined, empty: frozenset[str]) -> Inlined:
 
 
 def _variants(item: Inlined, changes: Sequence[str], rels: Mapping[str, Relation],
-              most: int = 3, fix: Fix = _same, types: Types | None = None) -> str:
+              most: int = 3, fix: Fix = _same, types: TypesOf | None = None) -> str:
     """The statement, and a variant per subset of the base tables' change tables it reads
     being empty (up to ``most`` tables), picked at run time by their row counts: the old
     runtime's pruning, compiled. With no changes to friendlist, BSMA Q*1's pre-state
@@ -613,7 +659,7 @@ def _same_types(branches: Sequence[exp.Select]) -> bool:
 
 
 def cut_unions(tree: exp.Expr, needs: Callable[[exp.Expr], str | None],
-               cuts: list[Cut], types: Types) -> exp.Expr:
+               cuts: list[Cut], types: TypesOf) -> exp.Expr:
     """``tree`` (an INSERT … SELECT) with the UNION its SELECT reads (``_passed_union``)
     rendered as a mark, appended to ``cuts`` with its branches, each with what its WHERE
     needs (``needs``: the PL/pgSQL condition of one conjunct made of marks, None when it
@@ -662,7 +708,7 @@ def _exists_over(item: Inlined, rels: Mapping[str, Relation]) -> set[str]:
 
 
 def _dynamic(item: Inlined, gated: set[str], rels: Mapping[str, Relation],
-             fix: Fix = _same, types: Types | None = None) -> str:
+             fix: Fix = _same, types: TypesOf | None = None) -> str:
     """A statement testing many i-diffs, run as dynamic SQL: each EXISTS over an i-diff is a
     placeholder replaced at run time by the test, or by FALSE when that i-diff is empty, and
     PostgreSQL's constant folding drops what only an empty i-diff fed (the branches of a

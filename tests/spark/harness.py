@@ -78,10 +78,7 @@ class SparkDifferential:
         self.m.apply_changes(name, df)
 
     def step(self, n_statements: int) -> None:
-        """One commit per table: the net change of ``n_statements`` random statements (the
-        base tables first compared with the model, after the maintains since the last)."""
-        self.tables_checked = False
-        self.check_tables()
+        """One commit per table: the net change of ``n_statements`` random statements."""
         self.work.next_round(n_statements)
         new = self.work.snapshot()
         for name in new:
@@ -103,9 +100,10 @@ class SparkDifferential:
         self.check_tables()
 
     def check_tables(self) -> None:
-        """The base tables themselves equal the workload's model (once per state: between two
-        steps only the maintains run, which write views and caches, never a base table —
-        ``step`` compares them again before its commits)."""
+        """The base tables themselves, as the maintainer reads them, equal the workload's
+        model — once per state: between two steps only the maintains run, which write views
+        and caches, never a base table. (Not before a step: an attached Delta table is read
+        at the version its last maintain pinned.)"""
         if self.tables_checked:
             return
         for name, rows in self.state.items():

@@ -510,3 +510,34 @@ def test_a_sessions_first_run_is_recorded_cold(env: tuple[PostgresMaintainer, Co
     assert [c for c, _ in runs] == [True, False, False]
     assert [s for _, s in runs] == ["id"] * 3
     assert len(m.history_model("agg").maintain) == 2
+
+
+def test_a_failed_history_read_after_the_commit_still_reports_the_run(
+        env: tuple[PostgresMaintainer, Conn], pg_schema: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an auto view's first warm run commits, the maintainer re-reads its history (the
+    cold samples stop counting); a timeout or cancel of that read does not turn the committed
+    run into an error: the stats are returned and the next decision reads the history again."""
+    m, conn = env
+    m.create_view("agg", QUERIES["agg"], strategy="auto")
+    _seed(conn, pg_schema, "agg", DEAR)  # (the Δ-script chosen)
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 20")
+    assert m.maintain("agg").choice == "id"  # cold: the session's first run
+    real, hits = m._cost, []
+
+    def cancelled(view: str, reload: bool = False) -> Any:
+        if reload:
+            hits.append(view)
+            raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+        return real(view, reload)
+
+    monkeypatch.setattr(m, "_cost", cancelled)
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 30")
+    stats = m.maintain("agg")  # warm: the history re-read fails
+    assert hits == ["agg"] and stats.choice == "id"
+    _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+    monkeypatch.undo()
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 40")
+    assert m.maintain("agg").choice == "id"
+    _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+    assert len(m.history_model("agg").maintain) == 2

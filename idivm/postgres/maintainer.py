@@ -753,7 +753,10 @@ class PostgresMaintainer:
             ran = out.decision.get("strategy", out.choice)
             if ran in ("id", "tuple") and n > 0 and not cold and not cost.warm:
                 # the first warm run: the cold samples no longer count (History.of_runs)
-                self._cost(name, reload=True)
+                try:
+                    self._cost(name, reload=True)
+                except psycopg.Error:  # (a timeout, a cancel: the run committed all the
+                    self._costs.pop(name, None)  # same; the next decision reads it again)
                 return out
             h = replace(cost.history, caches_stale=bool(stats.get("caches_stale")))
             if ran == "recompute":

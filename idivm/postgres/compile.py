@@ -243,7 +243,7 @@ def _type_text(t: exp.DataType) -> str:
 
 def _annotated(tree: exp.Expr, types: Mapping[str, Mapping[str, exp.DataType]]) -> exp.Expr | None:
     """A typed copy of ``tree``; ``types``: column types of the relations it may read (only
-    those it names go into the schema: ``relation_types`` passes every relation so far)."""
+    those it names go into the schema; ``RelationTypes`` types them when asked)."""
     from sqlglot.optimizer.annotate_types import annotate_types
 
     read = {t.name for t in tree.find_all(exp.Table)}

@@ -17,6 +17,7 @@ from idivm.planner.compose import Composition, Materialized, Resolver, compose, 
 from idivm.planner.idiff_schemas import Changes, analyze, generate
 from idivm.planner.ids import infer_ids
 from idivm.planner.instantiate import RuleDag, instantiate
+from idivm.planner.lookups import Lookup, input_lookups
 from idivm.planner.model import STRATEGIES, BaseSchema, NodeInfo, Strategy
 from idivm.planner.rewrite import rewrite
 from idivm.planner.selective import Statistics, chosen
@@ -40,6 +41,9 @@ class Plan:
     strategy: Strategy = "id"  # id: i-diffs; tuple: t-diffs (the baseline); recompute
     # the σ over a scan stored as caches (``planner/selective.py``), by signature
     selective: frozenset[str] = frozenset()
+    # (table, columns) the Δ-script finds the table's rows by, other than its IDs
+    # (``planner/lookups.py``): indexed by a backend that owns the table's storage
+    input_lookups: tuple[Lookup, ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -200,7 +204,8 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
         stmts.append(st)
     stmts = minimize.compose_queries(minimize.drop_unread(minimize.inline_single_use(stmts)))
     return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog, strategy,
-                frozenset(selective.values()))
+                frozenset(selective.values()),
+                input_lookups(root, infos, {m.nid for m in comp.materialized}))
 
 
 def _rewritten(view: ViewQuery, catalog: Catalog) -> ViewQuery:

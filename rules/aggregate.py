@@ -448,7 +448,16 @@ def restrict(node: A.Node, cols: tuple[str, ...]) -> tuple[RestrictStep, ...]:
     return ((0, on),) if on else ()
 
 
+def lookups(node: A.Node, infos: Mapping[int, NodeInfo]) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """A MIN/MAX whose extreme row goes is re-derived from Input_post, per group: by the
+    group's columns and the argument (an index on them reads one end of the group's rows
+    instead of the input)."""
+    assert isinstance(node, A.Aggregate)
+    return tuple((0, (*node.group_by, a.arg)) for a in node.aggs
+                 if a.func in ("min", "max") and a.arg)
+
+
 RULE = OperatorRule(op=A.Aggregate, paper="Tables 7, 9, 11, 12", infer=infer,
                     propagate_all=propagate_all,
                     conditions=lambda n: set(n.group_by),  # type: ignore[attr-defined]
-                    render=render, fresh=fresh, restrict=restrict)
+                    render=render, fresh=fresh, restrict=restrict, lookups=lookups)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from idivm import algebra as A
@@ -14,7 +14,6 @@ from idivm.planner.ruleapi import (
     and_all,
     c,
     closure,
-    is_true,
     match,
     merge_equiv,
     minimize_key,
@@ -119,8 +118,8 @@ def _flips(ctx: RuleContext, node: A.Join, idx: int, d: DiffNode) -> list[DiffNo
                 {k: True for k in s.ids if nullable.get(k, True)}))
             return q.join(ctx.state("post", other.nid, "o"), on=on)
 
-        if not ranges:
-            return branch(and_all([is_true(now), not_true(was)]))
+        if not ranges:  # (φ, not φ IS TRUE: in an ON both mean "holds"; bare, x = v probes x)
+            return branch(and_all([now, not_true(was)]))
         both = union_all([branch(r) for r in ranges])
         return select([(k, c(k, "b")) for k, _ in items], subquery(both, "b"),
                       distinct=distinct)
@@ -162,16 +161,23 @@ def _ranged(node: A.Join, idx: int) -> tuple[str, type[A.exp.Expr], str] | None:
     """φ as one comparison x op v of a column x of the other input with a column v of input
     ``idx`` (a one-row input): (x, op, v); None for any other φ. The rows such a φ flips for
     are a range of x."""
+    return _compared(node, idx, NEGATED)
+
+
+def _compared(node: A.Join, idx: int, ops: Collection[type[A.exp.Expr]]
+              ) -> tuple[str, type[A.exp.Expr], str] | None:
+    """φ as one comparison x op v (op among ``ops``) of a column x of the other input with a
+    column v of input ``idx``: (x, op, v), op mirrored when φ is written v op x; else None."""
     side, other = node.children[idx], node.children[1 - idx]
     p = node.predicate
     while isinstance(p, A.exp.Paren):
         p = p.this
-    if p is None or type(p) not in NEGATED or not (
+    if p is None or type(p) not in ops or not (
             isinstance(p.this, A.exp.Column) and isinstance(p.expression, A.exp.Column)):
         return None
     a, b, op = p.this.name, p.expression.name, type(p)
     if a in side.columns and b in other.columns:
-        a, b, op = b, a, MIRRORED[op]
+        a, b, op = b, a, MIRRORED.get(op, op)  # (= is its own mirror)
     if a in other.columns and b in side.columns:
         return a, op, b
     return None
@@ -191,6 +197,20 @@ def caches(node: A.Node, infos: Mapping[int, NodeInfo]) -> tuple[int, tuple[str,
             continue
         return 1 - idx, (ranged[0],)
     return None
+
+
+def lookups(node: A.Node, infos: Mapping[int, NodeInfo]) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """The other input of a ⋈ over a one-row input whose φ is x = v: a change of the one row
+    flips the rows whose x equals its old or its new value (TPC-H Q15: the suppliers whose
+    revenue is the old or the new maximum), found by the value of x. (A range φ has its
+    indexed cache: ``caches``.)"""
+    assert isinstance(node, A.Join)
+    for idx in (0, 1):
+        eq = _compared(node, idx, (A.exp.EQ,))
+        if eq is not None and infos[node.children[idx].nid].one_row \
+                and not infos[node.children[1 - idx].nid].one_row:
+            return ((1 - idx, (eq[0],)),)
+    return ()
 
 
 def _join_other(ctx: RuleContext, node: A.Join, idx: int, d: DiffNode, alias: str,
@@ -232,5 +252,6 @@ def fresh(f: Flattener, node: A.Node) -> None:
 RULE = OperatorRule(op=A.Join, paper="Tables 4, 10", infer=infer, propagate=propagate,
                     conditions=lambda n: A.referenced(n.predicate),  # type: ignore[attr-defined]
                     render=render, combines=True, fresh=fresh,
-                    restrict=restrict_into(0, 1), caches=caches)
+                    restrict=restrict_into(0, 1), caches=caches,
+                    lookups=lookups)
 

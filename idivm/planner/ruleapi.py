@@ -41,6 +41,9 @@ FreshFn = Callable[["Flattener", A.Node], None]
 # an input the operator's rules read by range or lookup on some of its columns, which pass 3
 # materializes as an operator cache with an index on them: (input index, the columns)
 CacheFn = Callable[[A.Node, "Mapping[int, NodeInfo]"], "tuple[int, tuple[str, ...]] | None"]
+# the inputs whose rows the operator's rules find by the value of some of their columns (not by
+# IDs): (input index, the columns) — ``planner/lookups.py`` traces them to the scanned tables
+LookupFn = Callable[[A.Node, "Mapping[int, NodeInfo]"], "tuple[tuple[int, tuple[str, ...]], ...]"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,10 @@ class OperatorRule:
     # (the other side of a ⋈ over a one-row input: the rows φ's comparisons flip are read
     # through that index as a range), or None
     caches: CacheFn | None = None
+    # lookups(): the inputs the rules find rows of by value (a MAX re-derived from its input, the
+    # rows equal to a one-row input's old or new value); a backend that owns the storage of the
+    # table such a column comes from (a view another view reads) indexes it
+    lookups: LookupFn | None = None
 
     @property
     def blocking(self) -> bool:

@@ -26,7 +26,7 @@ from idivm.catalog import Catalog, Table
 from idivm.errors import BackendError, IdivmError, MaintenanceError, UnsupportedSQL
 from idivm.frontend import relations_read
 from idivm.plan import Plan, plan
-from idivm.planner.model import MAX_IDENT
+from idivm.planner.model import MAX_IDENT, fit
 from idivm.planner.selective import Recorded
 from idivm.postgres import changelog
 from idivm.postgres import compile as compile_
@@ -222,6 +222,10 @@ class PostgresMaintainer:
         # the tables' statistics at create_view: a re-plan from the registry makes the same
         self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS "
                           "selective text[]")
+        # the indexes it made on the stores of views it reads (``Plan.input_lookups``), shared
+        # with the other views that ask for the same: dropped with the last of them
+        self.conn.execute(f"ALTER TABLE {qq(self.companion, REGISTRY)} ADD COLUMN IF NOT EXISTS "
+                          "indexes text[]")
         self.conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {qq(self.companion, 'compiled')}")
         self.conn.execute(compile_.fingerprint_source(self.companion))
         self.conn.execute(compile_.history_source(self.companion))
@@ -251,7 +255,7 @@ class PostgresMaintainer:
             cur = self.conn.execute(
                 f"SELECT sql, changes, strategy, catalog, tables, relations, function, "
                 f"prune_function, fingerprints, format_version, "
-                f"to_jsonb(v) -> 'selective' AS selective "
+                f"to_jsonb(v) -> 'selective' AS selective, to_jsonb(v) -> 'indexes' AS indexes "
                 f"FROM {qq(self.companion, REGISTRY)} AS v "
                 "WHERE name = %s", (name,))
             row = cur.fetchone()
@@ -459,15 +463,16 @@ class PostgresMaintainer:
                     f"{qq(self.companion, 'relation_rows')}(%s), %s)",
                     (name, seconds, self._relations(p.tables, sources),
                      "create_view: the view materialized from its query"))
+                indexes = self._lookup_indexes(p, upstream)
                 self.conn.execute(
                     f"INSERT INTO {qq(self.companion, REGISTRY)} (name, sql, changes, strategy, "
                     "catalog, tables, relations, function, prune_function, format_version, "
-                    "fingerprints, selective) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "fingerprints, selective, indexes) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     (name, view_sql, json.dumps(dict(changes)) if changes else None, strategy,
                      ";\n".join(read.ddl()), list(p.tables), [m.name for m in p.materialized],
                      compiled.function, compiled.prune_function, compile_.FORMAT_VERSION,
-                     json.dumps(fingerprints), sorted(p.selective)))
+                     json.dumps(fingerprints), sorted(p.selective), indexes))
                 if p.tables:  # a view over no table consumes no log
                     changelog.advance(self.conn, self.schema, name)
         except (psycopg.Error, IdivmError) as e:
@@ -607,6 +612,25 @@ class PostgresMaintainer:
                 seen.add(tuple(s.ids))
                 self.conn.execute(f"CREATE INDEX ON {qq(self.companion, table)} "
                                   f"({', '.join(q(k) for k in s.ids)})")
+
+    def _lookup_indexes(self, p: Plan, upstream: Sequence[str]) -> list[str]:
+        """Index the stored tables of the views ``p`` reads on the columns its Δ-script finds
+        their rows by (``Plan.input_lookups``: a MAX re-derived over a view, the rows equal to
+        its old or new value): probes instead of scans of the whole view. One index per store
+        and columns, shared by the views that ask for it; returns their names."""
+        made = []
+        for table, cols in p.input_lookups:
+            if table not in upstream:
+                continue  # (the user's tables are theirs to index)
+            store = self.plan_of(table).store
+            if tuple(store.key[:len(cols)]) == cols:
+                continue  # (its unique index serves)
+            index = lookup_index(store.name, cols)
+            self.conn.execute(f"CREATE INDEX IF NOT EXISTS {q(index)} ON "
+                              f"{qq(self.companion, store.name)} "
+                              f"({', '.join(q(c) for c in cols)})")
+            made.append(index)
+        return made
 
     def maintain(self, name: str, strategy: RefreshStrategy | None = None
                  ) -> MaintenanceStats:
@@ -950,6 +974,7 @@ class PostgresMaintainer:
                 self._drop_scratch(e["function"])
                 self.conn.execute(f"DELETE FROM {qq(self.companion, REGISTRY)} WHERE name = %s",
                                   (name,))
+                self._drop_unshared(e.get("indexes") or ())
                 if self._has(HISTORY):
                     self.conn.execute(f"DELETE FROM {qq(self.companion, HISTORY)} "
                                       "WHERE view = %s", (name,))
@@ -966,6 +991,20 @@ class PostgresMaintainer:
         for v in owned:  # the views it made of its CTEs, unless read by another view since
             if v in self._views() and not any(v in ts for ts in self._views().values()):
                 self.drop_view(v)
+
+    def _drop_unshared(self, indexes: Sequence[str]) -> None:
+        """Drop the lookup indexes (``_lookup_indexes``) no view in the registry lists."""
+        if not indexes:
+            return
+        row = self.conn.execute(
+            "SELECT coalesce(array_agg(DISTINCT i), '{}') FROM "
+            f"{qq(self.companion, REGISTRY)} AS v, "
+            "jsonb_array_elements_text(coalesce(to_jsonb(v) -> 'indexes', '[]')) AS i"
+        ).fetchone()
+        kept = set(row[0]) if row is not None else set()
+        for index in indexes:
+            if index not in kept:
+                self.conn.execute(f"DROP INDEX IF EXISTS {qq(self.companion, index)}")
 
     def _owned(self, name: str) -> list[str]:
         """The views ``create_view(name, …)`` made of the view's CTEs (registry ``owner``; a
@@ -1050,6 +1089,12 @@ class PostgresMaintainer:
             changelog.log_ref(self.schema, table)).where(changelog.pending_predicate(mark))
         row = self.conn.execute(query.sql("postgres")).fetchone()
         return int(row[0]) if row else 0
+
+
+def lookup_index(store: str, cols: Sequence[str]) -> str:
+    """The name of the index on stored table ``store`` that ``_lookup_indexes`` makes on
+    ``cols``: the same for every view that asks for it."""
+    return fit(f"{store}__by__{'__'.join(cols)}")
 
 
 @contextlib.contextmanager

@@ -184,3 +184,42 @@ def test_an_outer_join_count_reads_the_touched_customers_only(pg_dsn: str, pg_sc
     # ~30 customers with ~10 orders each, read before and after: a few hundred rows
     assert big["rows"] <= 3 * small["rows"] + 100, (small, big)
     assert big["rows"] <= 2_000, big
+
+
+def test_scratch_relations_stay_near_one_runs_size(pg_dsn: str, pg_schema: str) -> None:
+    """A scratch relation is emptied by DELETE (the cached plans stay) and never vacuumed, so a
+    DELETE's space is not reused: each run's rows go to new pages. Past 1 MB and 1 KB per row
+    of the run it is truncated instead, so a long-lived session's scans of it read about ten
+    runs' pages at most (the fixed 8 MB bound let a relation of 2,000 rows per run reach 8 MB,
+    and every scan read it whole)."""
+    from idivm.postgres import compile as compile_
+    from idivm.postgres.maintainer import REGISTRY
+
+    rows = 2_000
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
+        conn.execute("CREATE TABLE t (k int PRIMARY KEY, g int NOT NULL, x int)")
+        conn.execute("INSERT INTO t SELECT i, i %% 50, i FROM generate_series(1, %s) i",
+                     (4 * rows,))
+        conn.execute("CREATE TABLE u (g int PRIMARY KEY, name text)")
+        conn.execute("INSERT INTO u SELECT i, 'g' || i FROM generate_series(0, 49) i")
+        # (a join: the changes are folded into a scratch relation, not summed from the log)
+        view = ("SELECT u.name, sum(t.x) AS s, count(*) AS n FROM t JOIN u ON u.g = t.g "
+                "GROUP BY u.name")
+        with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
+            m.create_view("v", view)
+            function = m.conn.execute(f"SELECT function FROM {pg_schema}__idivm.{REGISTRY} "
+                                      "WHERE name = 'v'").fetchone()[0]
+            for r in range(30):  # ~15 pages of changed rows per run: 3.6 MB without truncation
+                conn.execute("UPDATE t SET x = x + 1 WHERE k %% 4 = %s", (r % 4,))
+                assert m.maintain("v").changes["t"] == rows
+            sizes = dict(conn.execute(
+                "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c JOIN pg_namespace "
+                "n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' AND "
+                "starts_with(c.relname, %s)",
+                (f"{pg_schema}__idivm", compile_.scratch_prefix(function))).fetchall())
+            assert sizes and max(sizes.values()) > 0, sizes  # (the runs filled them)
+            # 2 MB (1 KB per row of a run), plus the run that went past it
+            assert max(sizes.values()) <= (2 << 20) + 32 * 8192, sizes
+            got = Counter(tuple(r) for r in conn.execute("SELECT name, s, n FROM v"))
+            assert got == Counter(tuple(r) for r in conn.execute(view))

@@ -66,7 +66,10 @@ STALE_CODE = "IV004"
 NOT_REPEATABLE_READ = "IV005"
 BAD_CHOICE = "IV006"
 STALE_DECISION = "IV007"  # an auto decision made from an older refresh history
-SCRATCH_TRUNCATE_BYTES = 8 << 20  # a scratch relation grown past this is truncated after a run
+# a scratch relation is truncated after a run when it has grown past both: a floor, and room
+# for this many bytes per row the run put in it (``_emptied``)
+SCRATCH_TRUNCATE_BYTES = 1 << 20
+SCRATCH_BYTES_PER_ROW = 1024
 
 HISTORY = "refresh_history"  # the companion's table of refreshes (``history_source``)
 HISTORY_ROWS = 100  # refreshes kept per view (and its newest recomputation, however old)
@@ -825,6 +828,23 @@ def _analyze(r: Relation) -> str:
             f"  ANALYZE {q(r.name)};\nEND IF;")
 
 
+def _emptied(r: Relation) -> str:
+    """A filled scratch relation emptied at the end of the run. A DELETE keeps the cached
+    plans, but scratch relations are never vacuumed and a DELETE's space is not reused (only
+    VACUUM records it as free): each run's rows go to new pages, so the relation grows by a
+    run's rows every run, and every scan of it reads the empty pages too (~0.5 ms per 1,000).
+    Past ``SCRATCH_TRUNCATE_BYTES`` and ``SCRATCH_BYTES_PER_ROW`` per row of this run (some
+    ten runs like it), it is truncated instead: a new file, and the statements reading it are
+    planned again at their next run — rarely, so that a long-lived session keeps its
+    relations near one run's size (a view of a few changes per run used to grow its scratch
+    relations a page per run up to 8 MB, ~1,000 runs)."""
+    return (f"IF {r.counter} > 0 THEN\n"
+            f"  IF pg_relation_size({lit(q(r.name))}) > greatest({SCRATCH_TRUNCATE_BYTES}, "
+            f"{r.counter} * {SCRATCH_BYTES_PER_ROW}::bigint) THEN\n"
+            f"    TRUNCATE {q(r.name)};\n  ELSE\n    DELETE FROM {q(r.name)};\n  END IF;\n"
+            "END IF;")
+
+
 DECISION_ARG = "idivm__decision"  # the maintenance function's argument
 PRUNE_ARG = "idivm__log_rows"  # the prune function's argument: log rows consumed per table
 
@@ -1244,14 +1264,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                     f"  RAISE EXCEPTION 'idivm: the scratch relations of view % are missing', "
                     f"{lit(name)} USING ERRCODE = '{STALE_CODE}';\nEND IF;")
 
-    # scratch relations are not vacuumed: a DELETE's space is reused once the pages are pruned,
-    # and a table grown past 8 MB by a large batch is truncated
     unfolded = {names[change_table(t)] for t in linear}  # (no scratch rows to delete)
-    empty = "\n".join(
-        f"IF {r.counter} > 0 THEN\n  DELETE FROM {q(r.name)};\n"
-        f"  IF pg_relation_size({lit(q(r.name))}) > {SCRATCH_TRUNCATE_BYTES} THEN "
-        f"TRUNCATE {q(r.name)}; END IF;\nEND IF;" for r in rels.values()
-        if r.name not in unfolded)
+    empty = "\n".join(_emptied(r) for r in rels.values() if r.name not in unfolded)
     script.append(empty)
     delta.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
     body.append(_auto_block(name, companion))

@@ -541,3 +541,24 @@ def test_a_failed_history_read_after_the_commit_still_reports_the_run(
     assert m.maintain("agg").choice == "id"
     _check(conn, pg_schema, {"agg": QUERIES["agg"]})
     assert len(m.history_model("agg").maintain) == 2
+
+
+def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones(
+        env: tuple[PostgresMaintainer, Conn], pg_schema: str) -> None:
+    """With only a cold maintenance measured (a session's first run plans every statement), a
+    refresh in a session that has already run the view's code maintains once to measure a
+    warm run, where the cold estimate is within 4× of recomputing; from then on the warm runs
+    are the samples."""
+    m, conn = env
+    m.create_view("agg", QUERIES["agg"], strategy="auto")
+    hist = sql.Identifier(_companion(pg_schema), "refresh_history")
+    conn.execute(sql.SQL("INSERT INTO {} (view, strategy, changes, seconds, base_rows, reason, "
+                         "cold) VALUES ('agg', 'id', 20, 0.5, NULL, 'seeded: cold', true)"
+                         ).format(hist))
+    _seed(conn, pg_schema, "agg", 0.2)  # recomputing: 0.2 s; the cold maintenance 0.5 s
+    assert not any(m.maintain("agg").log_rows.values())  # (nothing pending: the session runs it)
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 21")
+    stats = m.maintain("agg")
+    assert stats.choice == "id" and "measure a warm run" in stats.reason, stats.decision
+    assert not m.history_model("agg").cold_only
+    _check(conn, pg_schema, {"agg": QUERIES["agg"]})

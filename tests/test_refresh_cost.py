@@ -251,3 +251,23 @@ def test_cold_runs_count_only_while_no_warm_one_is_known() -> None:
     both = History.of_runs([("create", 0, 0.05, 10), ("id", 2000, 0.060, 10, True),
                             ("id", 1900, 0.015, 10, False), ("id", 1800, 0.070, 10, True)])
     assert both.maintain == ((1900, 0.015, "postgres"),)
+
+
+def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones() -> None:
+    """Cold runs plan every statement (TPC-H SF 0.1 Q20: 66 ms cold, 11–24 ms warm, against
+    a 12–33 ms recomputation): while they are the only samples, a session that has already
+    run the code maintains once to measure itself, where the cold estimate is within reach
+    of recomputing; a new session (a scheduler connecting per refresh) pays the cold cost."""
+    cold = History.of_runs([("create", 0, 0.030, 1000), ("id", 300, 0.066, 1000, True)])
+    assert cold.cold_only and cold.maintain == ((300, 0.066, "postgres"),)
+    assert not History.of_runs([("create", 0, 0.03, 1000), ("id", 300, 0.066, 1000, True),
+                                ("id", 300, 0.015, 1000, False)]).cold_only
+    assert decide("auto", 300, 1000, cold, "postgres").choice == "recompute"
+    warm = decide("auto", 300, 1000, cold, "postgres", warm_session=True)
+    assert warm.choice == "id" and "measure a warm run" in warm.reason
+    assert threshold(1000, cold, "postgres", warm_session=True).choice(300) == "id"
+    assert threshold(1000, cold, "postgres").choice(300) == "recompute"
+    # out of reach (≥ 4× the recomputation): recomputed, warm session or not
+    far = History.of_runs([("create", 0, 0.010, 1000), ("id", 300, 0.066, 1000, True)])
+    assert decide("auto", 300, 1000, far, "postgres", warm_session=True).choice == "recompute"
+    assert History.from_dict(cold.as_dict()) == cold

@@ -166,6 +166,9 @@ class PostgresMaintainer:
         # newest refresh, the newest refresh_history id (read once, then kept up to date from
         # what each maintain returns; a maintain that finds a newer row refuses the decision)
         self._costs: dict[str, _Cost] = {}
+        # the views whose compiled code this connection's session has run (planned): its
+        # next runs are warm
+        self._ran: set[str] = set()
 
     # -- helpers ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -680,7 +683,9 @@ class PostgresMaintainer:
         for attempt in range(STALE_RETRIES + 1):
             choices = self._decisions(order, info, asked)
             try:
-                return self._call(name, retry=True, choices=choices)
+                out = self._call(name, retry=True, choices=choices)
+                self._ran.update(order)
+                return out
             except _StaleDecision as e:
                 if attempt == STALE_RETRIES:
                     raise MaintenanceError(f"maintenance of {name or self.schema!r} refused: "
@@ -721,8 +726,8 @@ class PostgresMaintainer:
                                  "Δ-script to run")
             if want == "auto" and mine != "recompute":
                 cost = self._cost(v)
-                out[v] = threshold(cost.base_rows, cost.history, "postgres").as_dict() | {
-                    "history_id": cost.history_id}
+                out[v] = threshold(cost.base_rows, cost.history, "postgres",
+                                   v in self._ran).as_dict() | {"history_id": cost.history_id}
             elif want == "recompute" and mine != "recompute":
                 out[v] = Decision("recompute", "strategy='recompute' asked for this refresh"
                                   ).as_dict()
@@ -764,7 +769,8 @@ class PostgresMaintainer:
             return out
         n = sum(out.log_rows.values())
         if "max_changes" in out.decision and n > 0:  # (an auto refresh's threshold)
-            d = decide("auto", n, cost.base_rows, cost.history, "postgres")
+            d = decide("auto", n, cost.base_rows, cost.history, "postgres",
+                       warm_session=not stats.get("cold"))
             out.decision |= {"changes": n, "maintain_estimate": d.maintain_estimate,
                              "recompute_estimate": d.recompute_estimate}
             if d.choice == out.choice:
@@ -946,6 +952,7 @@ class PostgresMaintainer:
             if e["function"] != compiled.function:
                 self._drop_scratch(e["function"])
             self._install_dispatcher()
+        self._ran.discard(name)  # (new code: its first run in the session plans it)
 
     def drop_view(self, name: str, cascade: bool = False) -> None:
         """Remove the view, its stored table, caches, code, logging and registry entry (from
@@ -988,6 +995,7 @@ class PostgresMaintainer:
             raise BackendError(f"drop_view {name!r} failed: {str(e2).strip()}") from e2
         self._plans.pop(name, None)
         self._costs.pop(name, None)
+        self._ran.discard(name)
         for v in owned:  # the views it made of its CTEs, unless read by another view since
             if v in self._views() and not any(v in ts for ts in self._views().values()):
                 self.drop_view(v)

@@ -562,3 +562,18 @@ def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones(
     assert stats.choice == "id" and "measure a warm run" in stats.reason, stats.decision
     assert not m.history_model("agg").cold_only
     _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+
+
+def test_the_cached_model_marks_a_cold_first_sample_as_the_history_does(
+        env: tuple[PostgresMaintainer, Conn], pg_schema: str) -> None:
+    """The maintainer keeps each auto view's model between refreshes, brought up to date with
+    each run: a session's first run, the first sample, leaves it cold-only as a re-read of the
+    refresh history would; the next (warm) run replaces it."""
+    m, conn = env
+    m.create_view("agg", QUERIES["agg"], strategy="auto")
+    _seed(conn, pg_schema, "agg", DEAR)  # (the Δ-script chosen)
+    for k, cold in ((20, True), (30, False)):
+        conn.execute("UPDATE t SET x = x + 1 WHERE id < %s", (k,))
+        assert m.maintain("agg").choice == "id"
+        assert m._costs["agg"].history.cold_only is cold
+        assert m.history_model("agg").cold_only is cold

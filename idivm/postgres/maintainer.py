@@ -794,7 +794,9 @@ class PostgresMaintainer:
             elif ran == "rebuild":
                 h = replace(h, rebuild_seconds=out.seconds)
             elif n > 0 and not (cold and cost.warm):
-                h = h.with_maintain(n, out.seconds, "postgres")
+                # (a cold sample while no warm one is known: History.of_runs's cold_only)
+                h = replace(h.with_maintain(n, out.seconds, "postgres"),
+                            cold_only=cold and not cost.warm)
             self._costs[name] = _Cost(h, base_rows, int(stats["history_id"]), cost.warm)
         return out
 

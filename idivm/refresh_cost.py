@@ -216,10 +216,14 @@ def _verdict(changes: int, base_rows: int | None, history: History, engine: str,
         return _Verdict("recompute", "calibrate", fixed, per, m_est, r_est)
     if m_est <= r_est:
         return _Verdict("id", "cheaper", fixed, per, m_est, r_est)
-    if history.cold_only and warm_session and m_est < EXPLORE * r_est:
-        # measured only by cold runs, each planning every statement (TPC-H SF 0.1 Q20: 66 ms
-        # cold, 11–24 ms warm, against a 12–33 ms recomputation): where the session has
-        # already run the code, maintaining once measures what it pays from now on
+    if history.cold_only and warm_session and \
+            ENGINE_DEFAULTS.get(engine, ENGINE_DEFAULTS["spark"])[0] + per * changes \
+            < EXPLORE * r_est:
+        # measured only by cold runs, whose floor is mostly the planning of every statement
+        # (TPC-H SF 0.1 Q20: 66 ms cold, 11–24 ms warm, against a 12–33 ms recomputation;
+        # Q22: 195 ms cold, 10–20 ms warm): where the session has already run the code and the
+        # batch is within reach at the engine's default floor, maintaining once measures what
+        # it pays from now on
         return _Verdict("id", "warm", fixed, per, m_est, r_est)
     if m_est < EXPLORE * r_est and not any(
             x[2] == engine and x[0] >= changes // 4 for x in history.maintain):

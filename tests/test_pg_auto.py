@@ -547,8 +547,8 @@ def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones(
         env: tuple[PostgresMaintainer, Conn], pg_schema: str) -> None:
     """With only a cold maintenance measured (a session's first run plans every statement), a
     refresh in a session that has already run the view's code maintains once to measure a
-    warm run, where the cold estimate is within 4× of recomputing; from then on the warm runs
-    are the samples."""
+    warm run, where the batch is within 4× of recomputing at the default floor; from then on
+    the warm runs are the samples."""
     m, conn = env
     m.create_view("agg", QUERIES["agg"], strategy="auto")
     hist = sql.Identifier(_companion(pg_schema), "refresh_history")

@@ -1,8 +1,9 @@
 """A pass after composition: the columns of the tables the Δ-script finds rows of by value.
 
 Most rules reach a stored relation through IDs, and every stored relation is indexed on them.
-A few find rows by the value of another column: a global MIN/MAX whose extreme row goes is
-re-derived from Input_post (``SELECT max(x) FROM input``), and a ⋈ over a one-row input whose
+A few find rows by the value of another column: a MIN/MAX whose extreme row goes is
+re-derived from Input_post (``SELECT max(x) FROM input``, per group: on the group's columns,
+then x), and a ⋈ over a one-row input whose
 φ is ``x = v`` flips the rows whose x equals v's old or new value (TPC-H Q15: the suppliers
 whose revenue is the old or the new maximum). Each rule says which input and columns
 (``OperatorRule.lookups``); this pass follows those columns down to the table they are read

@@ -132,13 +132,19 @@ class Decision:
                 "recompute_estimate": self.recompute_estimate}
 
 
+def engine_defaults(engine: str) -> tuple[float, float]:
+    """``(fixed, per_change)`` seconds of ``engine`` before anything is measured (an engine
+    without its own: Spark's)."""
+    return ENGINE_DEFAULTS.get(engine, ENGINE_DEFAULTS["spark"])
+
+
 def maintain_model(samples: Sequence[tuple[int, float] | tuple[int, float, str]],
                    changes: int = 0, engine: str = "spark") -> tuple[float, float]:
     """``(fixed, per_change)`` of ``engine`` from its earlier maintenances (samples without an
     engine are Spark's): the floor is the fastest run's time less its changes at the
     per-change rate; the rate is the steepest (seconds - floor) / changes among runs large
     enough to show it (≥ 1,000 changes, and ≥ a quarter of ``changes``), else the default."""
-    default_fixed, default_per = ENGINE_DEFAULTS.get(engine, ENGINE_DEFAULTS["spark"])
+    default_fixed, default_per = engine_defaults(engine)
     own = [(x[0], x[1]) for x in samples
            if (x[2] if len(x) > 2 else "spark") == engine]
     if not own:
@@ -217,8 +223,7 @@ def _verdict(changes: int, base_rows: int | None, history: History, engine: str,
     if m_est <= r_est:
         return _Verdict("id", "cheaper", fixed, per, m_est, r_est)
     if history.cold_only and warm_session and \
-            ENGINE_DEFAULTS.get(engine, ENGINE_DEFAULTS["spark"])[0] + per * changes \
-            < EXPLORE * r_est:
+            engine_defaults(engine)[0] + per * changes < EXPLORE * r_est:
         # measured only by cold runs, whose floor is mostly the planning of every statement
         # (TPC-H SF 0.1 Q20: 66 ms cold, 11–24 ms warm, against a 12–33 ms recomputation;
         # Q22: 195 ms cold, 10–20 ms warm): where the session has already run the code and the

@@ -89,6 +89,96 @@ def _delta(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode]) -> ex
     return group_deltas(node, sides)
 
 
+def _delta_moved(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode],
+                 moved: DiffNode) -> exp.Select:
+    """Per-group deltas when ``moved`` (``moved_idiff``) moves rows between groups: −1 at the
+    old group, +1 at the new one, straight from the i-diff; the other i-diffs' rows as
+    ``_delta`` reads them (their snapshots leave ``moved``'s rows out)."""
+    child = node.child.nid
+    rest = [d for d in diffs if d is not moved]
+    sides: list[exp.Select] = []
+    if rest:
+        sides += [signed_rows(node, t(placeholder(which, child), "r"), sign,
+                              lambda x: c(x, "r")) for which, sign in (("new", 1), ("old", -1))]
+    ctx.read_directly(child, [moved])
+    return group_deltas(node, sides + _moved_rows(ctx, node, moved, rest))
+
+
+def moved_idiff(node: A.Aggregate, diffs: Sequence[DiffNode], infos: Mapping[int, NodeInfo]
+                ) -> DiffNode | None:
+    """The Δu that moves rows of γ's uncached input between groups, when its rows' changes
+    can be read from it alone (Table 9 carried over to group columns): the one i-diff changing
+    group columns, and only those; naming one row per i-diff row (by all the input's IDs);
+    carrying every group column and every argument of SUM, COUNT and AVG before the change;
+    no MIN/MAX (re-derived from Input_post); and the other i-diffs name rows by columns it
+    carries, so that the rows they also touch are left to their snapshots. TPC-H Q13: a
+    customer's order count moves it from one ``c_count`` group to another."""
+    from idivm.rules import rule_for
+
+    child = node.child
+    cinfo = infos[child.nid]
+    # an input of σ/π over one table reads the log's images for its snapshots (a superset of
+    # the touched rows), and a γ below is cached with snapshots of every row it changes:
+    # either would count the moved rows again
+    if not node.group_by or keeps_input_cache(child, cinfo) or isinstance(child, A.Aggregate) \
+            or not any(rule_for(n).combines for n in A.walk(child)) \
+            or any(a.func in ("min", "max") for a in node.aggs):
+        return None
+    groups = set(node.group_by)
+    moving = [d for d in diffs if d.schema.kind == "upd" and set(d.schema.post) & groups]
+    if len(moving) != 1:
+        return None
+    d = moving[0]
+    s = d.schema
+    known = set(s.ids) | set(s.pre)
+    if not set(s.post) <= groups or not set(cinfo.ids) <= set(s.ids) \
+            or not groups <= known or not set(aggregated_args(node)) <= known:
+        return None
+    for e in diffs:
+        named = cinfo.ids if e.schema.kind == "ins" else e.schema.ids
+        if e is not d and not (named and set(named) <= set(s.ids)):
+            return None
+    return d
+
+
+def _moved_rows(ctx: RuleContext, node: A.Aggregate, d: DiffNode, rest: Sequence[DiffNode]
+                ) -> list[exp.Select]:
+    """``d``'s rows as delta rows: −1 with their values before, +1 with those after (one pass
+    over the i-diff, crossed with the two signs); only rows of the input (a Δu may name an
+    ID no row has) that no other i-diff names."""
+    child = node.child.nid
+    cinfo = ctx.info(child)
+    s = d.schema
+    nullable = {k: cinfo.nullable.get(k, True) for k in s.ids}
+    needed = sorted(set(node.group_by) | set(aggregated_args(node)))
+    pre = {k: ctx.pre_val(d, k, "i") for k in needed}
+    post = {k: ctx.post_val(d, k, "i") or pre[k] for k in needed}
+    cols = [(k, c(k, "i")) for k in s.ids] + \
+        [(pre_name(k), v) for k, v in pre.items() if v is not None and k not in s.ids] + \
+        [(post_name(k), c(post_name(k), "i")) for k in s.post]
+    conds: list[exp.Expr] = [exists(ctx.state("post", child, "p"), match(
+        [(k, k) for k in cinfo.ids], "p", "i", {k: cinfo.nullable.get(k, True)
+                                                 for k in cinfo.ids}))]
+    for e in rest:
+        by = cinfo.ids if e.schema.kind == "ins" else e.schema.ids
+        conds.append(exp.Not(this=exists(ctx.rel(e, "z"), match(
+            [(k, k) for k in by], "i", "z", {k: nullable.get(k, True) for k in by}))))
+    named = subquery(select(cols, ctx.rel(d, "i"), exp.and_(*conds), distinct=True), "i")
+    sign = c("__sign", "m")
+    signs = subquery(union_all([exp.select(exp.alias_(exp.Literal.number(v), "__sign",
+                                                      quoted=True))
+                                for v in (-1, 1)]), "m")
+
+    def value(x: str) -> exp.Expr:
+        before, after = pre[x], post[x]
+        assert before is not None and after is not None
+        return exp.Case(ifs=[exp.If(this=exp.LT(this=sign.copy(),
+                                                expression=exp.Literal.number(0)),
+                                    true=before.copy())], default=after.copy())
+
+    return [signed_rows(node, named, sign, value).join(signs, join_type="cross")]
+
+
 def direct_idiffs(node: A.Aggregate, diffs: Sequence[DiffNode],
                   infos: Mapping[int, NodeInfo]) -> list[DiffNode]:
     """The Δu i-diffs of γ's cached input Table 9 applies to: they change only attributes
@@ -149,12 +239,14 @@ def aggregated_args(node: A.Aggregate) -> list[str]:
     return sorted({a.arg for a in _summed(node) if a.arg})
 
 
-def signed_rows(node: A.Aggregate, src: exp.Expr, sign: int,
+def signed_rows(node: A.Aggregate, src: exp.Expr, sign: int | exp.Expr,
                 value: Callable[[str], exp.Expr]) -> exp.Select:
-    """Rows of ``src`` as delta rows counting +1 (``sign`` 1) or −1: group columns,
-    ``__dcnt``, and per maintained aggregate ``__dnn_`` (non-null count) and ``__dsum_``."""
+    """Rows of ``src`` as delta rows counting +1 (``sign`` 1) or −1 (or as a column of ±1
+    says): group columns, ``__dcnt``, and per maintained aggregate ``__dnn_`` (non-null
+    count) and ``__dsum_``."""
     one = exp.Literal.number(1)
-    sgn: exp.Expr = one if sign > 0 else exp.Neg(this=one)
+    sgn: exp.Expr = sign if isinstance(sign, exp.Expr) else one if sign > 0 else \
+        exp.Neg(this=one)
     items: list[tuple[str, exp.Expr]] = [(g, value(g)) for g in node.group_by]
     items.append(("__dcnt", sgn.copy()))
     for a in _summed(node):
@@ -163,8 +255,10 @@ def signed_rows(node: A.Aggregate, src: exp.Expr, sign: int,
             this=exp.Is(this=x, expression=exp.null()), true=exp.Literal.number(0))],
             default=sgn.copy())))
         if a.func != "count":
-            items.append((f"__dsum_{a.name}", x.copy() if sign > 0 else exp.Neg(
-                this=exp.paren(x.copy()))))
+            items.append((f"__dsum_{a.name}", exp.Mul(this=exp.paren(x.copy()),
+                                                      expression=sgn.copy())
+                          if isinstance(sign, exp.Expr) else x.copy() if sign > 0
+                          else exp.Neg(this=exp.paren(x.copy()))))
     return select(items, src)
 
 
@@ -252,8 +346,12 @@ def _new_values(node: A.Aggregate, avg_float: dict[str, bool]) -> list[tuple[str
     return [(k, out[k]) for k in node.columns if k not in node.keys]
 
 
+PER_GROUP = "Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)"
+MOVED = "Table 9 γ: the rows a Δu of group columns moves, −1/+1 straight from it"
+
+
 def group_state(ctx: RuleContext, node: A.Aggregate, delta: exp.Select,
-                inputs: Sequence[DiffNode]) -> DiffNode:
+                inputs: Sequence[DiffNode], rule: str = PER_GROUP) -> DiffNode:
     """Pre- and post-state of every group the deltas touch (a Δu over all non-ID columns):
     the deltas joined with Output, and for MIN/MAX the groups recomputed from Input_post."""
     nid, child = node.nid, node.child.nid
@@ -290,9 +388,7 @@ def group_state(ctx: RuleContext, node: A.Aggregate, delta: exp.Select,
         else:
             q2 = q2.join(subquery(m, "m"), join_type="cross")
     nonkey = [k for k, _ in values]
-    return ctx.emit("upd", nid, keys, q2,
-                    "Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)",
-                    inputs, nonkey, nonkey)
+    return ctx.emit("upd", nid, keys, q2, rule, inputs, nonkey, nonkey)
 
 
 def touched_groups(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode]
@@ -375,8 +471,13 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
     keys = node.keys
     diffs = [d for _, d in inputs]
     groups = touched_groups(ctx, node, diffs)
-    state = regroup_state(ctx, node, groups, diffs) if groups is not None else \
-        group_state(ctx, node, _delta(ctx, node, diffs), diffs)
+    if groups is not None:
+        state = regroup_state(ctx, node, groups, diffs)
+    else:
+        moved = moved_idiff(node, diffs, ctx.infos)
+        state = group_state(ctx, node, _delta(ctx, node, diffs), diffs) if moved is None \
+            else group_state(ctx, node, _delta_moved(ctx, node, diffs, moved), diffs,
+                             f"{MOVED} ({PER_GROUP})")
     nonkey = list(state.schema.post)
     out = []
     existed, alive, changed = group_existed("s"), group_alive("s"), group_changed(nonkey, "s")

@@ -409,10 +409,13 @@ class Resolver:
         # one semi-join per set of IDs the i-diffs name rows by, with the union of those
         # i-diffs' IDs: an engine drives it from the (small) union through the IDs' indexes,
         # and the state is written once per ID set, not once per i-diff
+        # (not the i-diffs the rule above reads straight: ``read_directly``)
+        direct = self.dag.direct.get(nid, frozenset())
         by_ids: dict[tuple[str, ...], list[DiffNode]] = {}
         for d in self.dag.by_node.get(nid, ()):
-            by_ids.setdefault(info.ids if d.schema.kind == "ins" else d.schema.ids,
-                              []).append(d)
+            if d.name not in direct:
+                by_ids.setdefault(info.ids if d.schema.kind == "ins" else d.schema.ids,
+                                  []).append(d)
         parts = []
         for all_ids, ds in by_ids.items():
             ids = _probed(all_ids, info)

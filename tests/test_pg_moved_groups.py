@@ -96,7 +96,13 @@ def test_rows_moved_between_groups_are_counted_straight(pg_dsn: str, pg_schema: 
                 with conn.transaction():
                     for stmt in batch:
                         conn.execute(stmt)
-                m.maintain(view)
+                stats = m.maintain(view)
+                # (the run's records: seconds per statement, in the Δ-script's order)
+                order = {getattr(s, "name", None): i for i, s in enumerate(p.statements)}
+                ran = [order[k] for k, _ in stats.statement_seconds if k in order]
+                assert ran and ran == sorted(ran), stats.statement_seconds
+                assert all(isinstance(x, float) and x >= 0 for _, x in stats.statement_seconds)
+                assert all(isinstance(n, int) for n in stats.idiff_rows.values())
                 got = normalize_rows(conn.execute(sql.SQL("SELECT * FROM {}").format(
                     sql.Identifier(view))).fetchall())
                 assert got == normalize_rows(conn.execute(q).fetchall()), (view, batch)

@@ -71,13 +71,16 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
         one_row=not node.group_by, constant=frozenset(() if node.group_by else ("__g",)))
 
 
-def _delta(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode]) -> exp.Select:
+def _delta(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode],
+           moved: DiffNode | None = None) -> exp.Select:
     """Per-group deltas. Table 9: a Δu of attributes only SUM, COUNT and AVG read gives them
-    straight, Σ(post − pre) over the i-diff joined to the input cache on its IDs; the rows
-    the other i-diffs touch count +1 as they are after the changes, −1 as they were before
-    (the cache's snapshots of those rows, which leave the direct i-diffs' rows out)."""
+    straight, Σ(post − pre) over the i-diff joined to the input cache on its IDs; ``moved``
+    (``moved_idiff``), a Δu moving rows between groups, gives −1 at the old group and +1 at
+    the new one straight from the i-diff; the rows the other i-diffs touch count +1 as they
+    are after the changes, −1 as they were before (the snapshots of those rows, which leave
+    the i-diffs read straight out)."""
     child = node.child.nid
-    direct = direct_idiffs(node, diffs, ctx.infos)
+    direct = direct_idiffs(node, diffs, ctx.infos) if moved is None else [moved]
     rest = [d for d in diffs if d.name not in {e.name for e in direct}]
     sides: list[exp.Select] = []
     if rest:
@@ -85,23 +88,11 @@ def _delta(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode]) -> ex
                               lambda x: c(x, "r")) for which, sign in (("new", 1), ("old", -1))]
     if direct:
         ctx.read_directly(child, direct)
-    sides += [_direct_rows(ctx, node, d, exclude=bool(rest)) for d in direct]
+    if moved is not None:
+        sides += _moved_rows(ctx, node, moved, rest)
+    else:
+        sides += [_direct_rows(ctx, node, d, exclude=bool(rest)) for d in direct]
     return group_deltas(node, sides)
-
-
-def _delta_moved(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode],
-                 moved: DiffNode) -> exp.Select:
-    """Per-group deltas when ``moved`` (``moved_idiff``) moves rows between groups: −1 at the
-    old group, +1 at the new one, straight from the i-diff; the other i-diffs' rows as
-    ``_delta`` reads them (their snapshots leave ``moved``'s rows out)."""
-    child = node.child.nid
-    rest = [d for d in diffs if d is not moved]
-    sides: list[exp.Select] = []
-    if rest:
-        sides += [signed_rows(node, t(placeholder(which, child), "r"), sign,
-                              lambda x: c(x, "r")) for which, sign in (("new", 1), ("old", -1))]
-    ctx.read_directly(child, [moved])
-    return group_deltas(node, sides + _moved_rows(ctx, node, moved, rest))
 
 
 def moved_idiff(node: A.Aggregate, diffs: Sequence[DiffNode], infos: Mapping[int, NodeInfo]
@@ -475,9 +466,8 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
         state = regroup_state(ctx, node, groups, diffs)
     else:
         moved = moved_idiff(node, diffs, ctx.infos)
-        state = group_state(ctx, node, _delta(ctx, node, diffs), diffs) if moved is None \
-            else group_state(ctx, node, _delta_moved(ctx, node, diffs, moved), diffs,
-                             f"{MOVED} ({PER_GROUP})")
+        state = group_state(ctx, node, _delta(ctx, node, diffs, moved), diffs,
+                            PER_GROUP if moved is None else f"{MOVED} ({PER_GROUP})")
     nonkey = list(state.schema.post)
     out = []
     existed, alive, changed = group_existed("s"), group_alive("s"), group_changed(nonkey, "s")

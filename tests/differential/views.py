@@ -146,6 +146,20 @@ VIEWS: tuple[ViewDef, ...] = (
         """,
         ("self-join", "theta join", "arithmetic"),
     ),
+    # TPC-H Q13's shape: a device whose part count changes moves between count groups (the
+    # outer γ reads that Δu straight: rules/aggregate.py, moved_idiff)
+    ViewDef(
+        "paper_devices_per_part_count",
+        "paper",
+        """
+        SELECT n_parts, count(*) AS devices
+        FROM (SELECT d.did, count(dp.pid) AS n_parts
+              FROM devices d LEFT JOIN devices_parts dp ON dp.did = d.did
+              GROUP BY d.did) AS per_device
+        GROUP BY n_parts
+        """,
+        ("a Δu moving rows between groups", "LEFT JOIN below two aggregates"),
+    ),
     ViewDef(
         "paper_cross_product",
         "paper",
@@ -447,6 +461,21 @@ VIEWS: tuple[ViewDef, ...] = (
         """,
         ("aggregate pushed below LEFT JOIN", "ON with a condition on the preserved side",
          "COUNT(*) of padded rows"),
+    ),
+    # TPC-H Q13's shape over a foreign key that may be NULL: the left join re-derives the
+    # customers a changed count touches, which the outer γ reads before and after (over a NOT
+    # NULL one it reads the moved rows straight: paper_devices_per_part_count)
+    ViewDef(
+        "orders_count_per_count",
+        "orders",
+        """
+        SELECT n_orders, count(*) AS customers, sum(custkey) AS keys
+        FROM (SELECT c.custkey, count(o.orderkey) AS n_orders
+              FROM customers c LEFT JOIN orders o ON o.custkey = c.custkey AND o.status <> 'F'
+              GROUP BY c.custkey) AS per_customer
+        GROUP BY n_orders
+        """,
+        ("a Δu moving rows between groups", "LEFT JOIN below two aggregates"),
     ),
     ViewDef(
         "orders_scalar_magic_set",

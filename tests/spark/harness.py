@@ -127,7 +127,8 @@ def maintainer(spark: Any, tmp_path: Path, ddl: str, engine: str = "auto") -> An
 # ▷, ⋉, γ below ⋈ with σ above, θ self-join, ∪all, UNION, EXCEPT, DISTINCT, numeric sums
 SPARK_VIEWS = (
     "paper_v", "paper_v_cost", "paper_using_group_aggs", "paper_not_exists", "paper_exists_in",
-    "paper_subquery_agg_from", "paper_self_theta", "social_union_all_roles",
+    "paper_subquery_agg_from", "paper_self_theta", "paper_devices_per_part_count",
+    "social_union_all_roles",
     "social_distinct_buckets", "setops_union", "setops_except", "setops_global_filtered",
     "setops_any_all", "setops_scalar_padded", "setops_without_from",
 )  # the orders schema's views: tests/test_spark_delta.py, over tables delta-rs writes

@@ -154,3 +154,31 @@ def test_a_scratch_relation_is_analyzed_when_its_empty_pages_inflate_the_estimat
         assert run("TRUNCATE scratch") == first  # the same rows in the same pages: left alone
         assert run("DELETE FROM scratch") == first  # twice the pages, the estimate at 2×
         assert run("DELETE FROM scratch") == 3 * first  # past 2×: analyzed again
+
+
+def test_the_delta_script_is_planned_at_its_own_cpu_tuple_cost(pg_dsn: str, pg_schema: str
+                                                               ) -> None:
+    """The Δ-script's branch runs at ``DELTA_CPU_TUPLE_COST`` (SET LOCAL before it, the
+    caller's value put back after it); the session's own setting is the same after a
+    maintain, and the view equals its query."""
+    from idivm.postgres.compile import DELTA_CPU_TUPLE_COST
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        load(conn, pg_schema, 2_000)
+        with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
+            m.create_view("v_prime", V_PRIME_SQL)
+            source = "\n".join(str(r[0]) for r in conn.execute(
+                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON "
+                "n.oid = p.pronamespace WHERE nspname = %s AND proname LIKE 'maintain\\_\\_%%'",
+                (f"{pg_schema}__idivm",)))
+            set_at = source.index(f"set_config('cpu_tuple_cost', '{DELTA_CPU_TUPLE_COST}', true)")
+            put_back = source.index("set_config('cpu_tuple_cost', idivm__cputuple, true)")
+            folds = [i for i in range(len(source)) if source.startswith('"__idivm_k" AS', i)]
+            assert folds and all(set_at < i < put_back for i in folds)
+            m.conn.execute("SET cpu_tuple_cost = 0.02")
+            conn.execute("UPDATE parts SET price = price + 1 WHERE pid IN ('P7', 'P8')")
+            assert m.maintain("v_prime").changes["parts"] == 2
+            assert m.conn.execute("SHOW cpu_tuple_cost").fetchone() == ("0.02",)
+            got = Counter(tuple(r) for r in conn.execute(
+                pgsql.SQL("SELECT * FROM {}").format(pgsql.Identifier(pg_schema, "v_prime"))))
+            assert got == Counter(tuple(r) for r in conn.execute(V_PRIME_SQL))

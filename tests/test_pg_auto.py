@@ -512,6 +512,31 @@ def test_a_sessions_first_run_is_recorded_cold(env: tuple[PostgresMaintainer, Co
     assert len(m.history_model("agg").maintain) == 2
 
 
+def test_a_session_is_warm_only_once_the_delta_script_ran_over_changes(
+        env: tuple[PostgresMaintainer, Conn], pg_schema: str) -> None:
+    """PL/pgSQL plans a statement at its first execution: a run with nothing pending, a
+    recomputation or a rebuild executes none of the Δ-script's, so the Δ-script's first run
+    after them is still its session's cold one — recorded cold, and decided as in a cold
+    session (the maintainer's own flag agrees with the compiled code's)."""
+    m, conn = env
+    m.create_view("agg", QUERIES["agg"], strategy="auto")  # (a cache below its γ)
+    m.maintain("agg")  # nothing pending
+    assert "agg" not in m._ran
+    ran = []
+    for k, strategy in enumerate(("recompute", "id", "id", "id")):
+        conn.execute("UPDATE t SET x = x + 1 WHERE id < %s", (20 + k,))
+        ran.append(m.maintain("agg", strategy=strategy).decision.get("strategy"))
+        assert ("agg" in m._ran) is (ran[-1] == "id" or ran[:-1].count("id") > 0), ran
+    # the recomputation left the cache stale: the next run rebuilt it
+    assert ran == ["recompute", "rebuild", "id", "id"]
+    runs = conn.execute(sql.SQL("SELECT strategy, cold FROM {} WHERE view = 'agg' AND "
+                                "strategy <> 'create' ORDER BY id").format(
+        sql.Identifier(_companion(pg_schema), "refresh_history"))).fetchall()
+    assert [tuple(r) for r in runs] == [("recompute", True), ("rebuild", True), ("id", True),
+                                        ("id", False)], runs
+    _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+
+
 def test_a_failed_history_read_after_the_commit_still_reports_the_run(
         env: tuple[PostgresMaintainer, Conn], pg_schema: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -552,11 +577,14 @@ def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones(
     m, conn = env
     m.create_view("agg", QUERIES["agg"], strategy="auto")
     hist = sql.Identifier(_companion(pg_schema), "refresh_history")
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 3")
+    m.maintain("agg", strategy="id")  # the session runs the Δ-script over changes: warm now
+    # (its sample, cold, replaced by the seeded one)
+    conn.execute(sql.SQL("DELETE FROM {} WHERE view = 'agg' AND strategy = 'id'").format(hist))
     conn.execute(sql.SQL("INSERT INTO {} (view, strategy, changes, seconds, base_rows, reason, "
                          "cold) VALUES ('agg', 'id', 20, 0.5, NULL, 'seeded: cold', true)"
                          ).format(hist))
     _seed(conn, pg_schema, "agg", 0.2)  # recomputing: 0.2 s; the cold maintenance 0.5 s
-    assert not any(m.maintain("agg").log_rows.values())  # (nothing pending: the session runs it)
     conn.execute("UPDATE t SET x = x + 1 WHERE id < 21")
     stats = m.maintain("agg")
     assert stats.choice == "id" and "measure a warm run" in stats.reason, stats.decision

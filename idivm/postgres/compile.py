@@ -55,7 +55,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 16  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 17  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
 # 1/60 of a probe through an index; measured here it is 1/5–1/8 (TPC-H SF 1 Q12: 31k cache rows
@@ -1346,8 +1346,11 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 + f" WHERE name = {lit(name)};\nEND IF;")
     relations = [".".join(q(x) for x in (sources or {}).get(t, (schema, t))) for t in base]
     body.append(_history_block(name, companion, ran, relations))
-    # (transactional: a run rolled back leaves the session cold)
-    body.append(f"PERFORM set_config({lit(warm_setting(tag))}, 'on', false);")
+    # the session is warm once the Δ-script has run over changes: PL/pgSQL plans a statement
+    # at its first execution, and a recomputation, a rebuild or a run with nothing pending
+    # executes none of the Δ-script's (transactional: a run rolled back leaves it cold)
+    warm = f"PERFORM set_config({lit(warm_setting(tag))}, 'on', false);"
+    body.append(f"IF idivm__total > 0 THEN\n  {warm}\nEND IF;" if recomputes else warm)
     body.append("RETURN jsonb_build_object('view', " + lit(name) + ", 'changes', idivm__changes,"
                 f" 'idiff_rows', {_records_jsonb('rows')}, "
                 f"'applied_rows', {_records_jsonb('applied')}, "

@@ -135,6 +135,18 @@ class MaintenanceStats:
         return out
 
 
+def _warmed(stats: Mapping[str, Any]) -> set[str]:
+    """The views of a ``CALL``'s statistics whose Δ-script ran over changes — as the compiled
+    code sets its session's warm flag: a recomputation, a rebuild or a run with nothing
+    pending plans none of the Δ-script's statements."""
+    runs = dict(stats.get("views") or {}) | dict(stats.get("upstream") or {})
+    if stats.get("view") is not None:
+        runs[str(stats["view"])] = stats
+    return {str(v) for v, s in runs.items()
+            if s.get("strategy") in ("id", "tuple")
+            and any(int(n) > 0 for n in (s.get("changes") or {}).values())}
+
+
 class PostgresMaintainer:
     """Deferred ID-based maintenance of materialized views on one PostgreSQL schema.
 
@@ -166,8 +178,8 @@ class PostgresMaintainer:
         # newest refresh, the newest refresh_history id (read once, then kept up to date from
         # what each maintain returns; a maintain that finds a newer row refuses the decision)
         self._costs: dict[str, _Cost] = {}
-        # the views whose compiled code this connection's session has run (planned): its
-        # next runs are warm
+        # the views whose Δ-script this connection's session has run over changes (its
+        # statements planned): their next runs are warm (the compiled code's own flag)
         self._ran: set[str] = set()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -684,7 +696,7 @@ class PostgresMaintainer:
             choices = self._decisions(order, info, asked)
             try:
                 out = self._call(name, retry=True, choices=choices)
-                self._ran.update(order)
+                self._ran.update(_warmed(out))
                 return out
             except _StaleDecision as e:
                 if attempt == STALE_RETRIES:

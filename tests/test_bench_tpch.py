@@ -45,6 +45,11 @@ def test_tiny_run_verifies_every_view(pg_dsn: str, tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "tpch.json").read_text())
     assert (tmp_path / "tpch.png").stat().st_size > 0
     assert saved["config"]["sf"] == 0.002 and saved["config"]["server"]["version"]
+    # the checkpoints the server started during the run, its WAL settings beside them
+    assert saved["config"]["server"]["max_wal_size"]
+    assert set(saved["checkpoints"]) == {"requested", "timed"}
+    assert all(n >= 0 for n in saved["checkpoints"].values())
+    assert (tpch_bench.checkpoint_note(saved) is None) == (saved["checkpoints"]["requested"] == 0)
     assert saved["ok"] is True
     assert set(saved["queries"]) == {"1", "3", "6"}
     # pg_ivm accepts Q1, Q3 and Q6 (GROUP BY, or one row): its IMMVs verified like the views
@@ -321,6 +326,18 @@ def test_a_wrong_view_fails_loudly(pg_dsn: str, tmp_path: Path,
     assert {"q1_id", "q1_tuple"} <= {m["view"] for m in q["mismatches"]} <= {
         "q1_id", "q1_tuple", "q1_auto"}
     assert "differs from the query" in out.getvalue()
+
+
+def test_checkpoints_for_wal_volume_are_reported() -> None:
+    """Checkpoints started for WAL volume during a run are said next to its tables, with the
+    setting that caused them and how to raise it; none, nothing said."""
+    result: dict[str, Any] = {"config": {"server": {"max_wal_size": "1GB"}},
+                              "checkpoints": {"requested": 0, "timed": 3}}
+    assert tpch_bench.checkpoint_note(result) is None
+    result["checkpoints"]["requested"] = 164
+    note = tpch_bench.checkpoint_note(result)
+    assert note is not None and "164 checkpoint(s)" in note and "max_wal_size 1GB" in note
+    assert "ALTER SYSTEM SET max_wal_size" in note
 
 
 def test_compare_multisets_with_fraction_tolerance() -> None:

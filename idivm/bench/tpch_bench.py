@@ -1201,10 +1201,37 @@ def _server(dsn: str) -> dict[str, str]:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         out = {}
         for k, q in (("version", "SHOW server_version"), ("shared_buffers", "SHOW shared_buffers"),
-                     ("work_mem", "SHOW work_mem"), ("full_version", "SELECT version()")):
+                     ("work_mem", "SHOW work_mem"), ("max_wal_size", "SHOW max_wal_size"),
+                     ("checkpoint_timeout", "SHOW checkpoint_timeout"),
+                     ("full_version", "SELECT version()")):
             row = conn.execute(q).fetchone()
             out[k] = str(row[0]) if row else ""
         return out
+
+
+def checkpoints(dsn: str) -> dict[str, int]:
+    """The server's checkpoints so far (``pg_stat_bgwriter``): ``requested`` — for WAL volume
+    past ``max_wal_size`` (or a CHECKPOINT) — and ``timed``."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter"
+                           ).fetchone()
+    return {"requested": int(row[0]), "timed": int(row[1])} if row else {}
+
+
+def checkpoint_note(result: Mapping[str, Any]) -> str | None:
+    """What a reader of the timings should know when the server checkpointed for WAL volume
+    during the run (PostgreSQL's own log then says so, with its hint): each checkpoint
+    writes the dirty pages while statements are timed, and a page's first change after it
+    writes the whole page to the WAL — the maintained relations', not the recomputation's
+    (a temporary table writes none)."""
+    n = (result.get("checkpoints") or {}).get("requested", 0)
+    if not n:
+        return None
+    size = result["config"]["server"].get("max_wal_size", "?")
+    return (f"PostgreSQL started {n} checkpoint(s) for WAL volume during the run (max_wal_size "
+            f"{size}): their writes shared the machine with the timed statements, and each "
+            "page's first change after one wrote a full-page image to the WAL. For steadier "
+            "figures: ALTER SYSTEM SET max_wal_size = '16GB'; SELECT pg_reload_conf();")
 
 
 def _plan_query(nr: int, view_sql: str, catalog: Catalog) -> dict[str, Any]:
@@ -1251,6 +1278,7 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
     if len(f"{schema}__idivm".encode()) > 63:
         raise IdivmError(f"schema name {schema!r} is too long")
     server = _server(dsn)
+    before = checkpoints(dsn)
     import duckdb
 
     result: dict[str, Any] = {"config": {
@@ -1332,11 +1360,16 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
         if not keep:
             drop_schema(dsn, schema)
     result["total_s"] = time.perf_counter() - start
+    after = checkpoints(dsn)
+    result["checkpoints"] = {k: after[k] - before.get(k, 0) for k in after}
     qs = result["queries"].values()
     result["ok"] = not any(q["status"] == "planner exception" for q in qs) and all(
         q["summary"]["verified"] in ("yes", "timeout") for q in qs if q["status"] == "accepted"
     ) and not result["pg_ivm"].get("copy_differs")
     print_result(c, result)
+    note = checkpoint_note(result)
+    if note:
+        c.print(f"[yellow]{note}[/yellow]")
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     (path / "tpch.json").write_text(json.dumps(result, indent=2, default=str))

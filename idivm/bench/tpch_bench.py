@@ -1211,7 +1211,7 @@ def _server(dsn: str) -> dict[str, str]:
 
 def checkpoints(dsn: str) -> dict[str, int]:
     """The server's checkpoints so far (``pg_stat_bgwriter``): ``requested`` — for WAL volume
-    past ``max_wal_size`` (or a CHECKPOINT) — and ``timed``."""
+    past ``max_wal_size``, or by a CHECKPOINT command — and ``timed``."""
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         row = conn.execute("SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter"
                            ).fetchone()
@@ -1278,7 +1278,6 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
     if len(f"{schema}__idivm".encode()) > 63:
         raise IdivmError(f"schema name {schema!r} is too long")
     server = _server(dsn)
-    before = checkpoints(dsn)
     import duckdb
 
     result: dict[str, Any] = {"config": {
@@ -1324,6 +1323,7 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
             catalog = m.catalog()
             refresher = Refresher(conn, seed)
             result["config"]["batch_sizes"] = refresher.sizes
+            before = checkpoints(dsn)  # (after the load's own CHECKPOINTs: settle)
             task = progress.add_task("plan", total=len(wanted))
             for nr in wanted:
                 progress.update(task, description=f"q{nr}: plan")

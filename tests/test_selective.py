@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from idivm import Catalog, plan
+from idivm.planner.log_filter import fold_filters, log_filters
 from idivm.planner.selective import SELECTIVE_FRACTION, Candidate, Recorded, candidates
 from idivm.postgres import PostgresMaintainer
 from idivm.postgres.statistics import MIN_TABLE_ROWS, PgStatistics
@@ -93,6 +94,39 @@ def test_statistics_choose_and_copies_follow() -> None:
 def test_semi_join_right_side() -> None:
     p = plan(SEMI, _cat(), name="v", statistics=Every())
     assert "cache: selective input" in _roles(p)
+
+
+def _fold_filters(sql: str) -> dict[str, str]:
+    p = plan(sql, _cat(), name="v", statistics=Every())
+    keyed = {m.nid: m.key for m in p.materialized if m.role != "view" and not m.nullable}
+    cached = [m.nid for m in p.materialized]
+    assert "KEYS_OF" not in str(log_filters(p.root, cached))  # (never the triggers')
+    return {t: f.sql("postgres") for t, f in fold_filters(p.root, cached, keyed).items()}
+
+
+def test_fold_filters_semijoin_the_stored_keys() -> None:
+    """A table joined (inner, EXISTS/IN, the null-supplying side of an outer join) with a
+    stored σ by that σ's whole key keeps in its fold only rows whose value is one of its keys;
+    the preserved side of an outer join and the outer rows of NOT EXISTS keep every row."""
+    joined = _fold_filters(JOINED)
+    assert joined["line"].startswith("KEYS_OF(") and '"pk"' in joined["line"] \
+        and '"qty" > 2' in joined["line"], joined
+    assert _fold_filters(SEMI)["line"].startswith("KEYS_OF("), _fold_filters(SEMI)
+    # both scans of line, one joined with the σ, one with its magic-set copy: one semijoin
+    # (the copy's stored rows are the σ's), not an OR of two
+    brand = _fold_filters(BRAND)["line"]
+    assert brand.count("KEYS_OF(") == 1 and " OR " not in brand, brand
+    # scans of one table under different semijoins: an OR, which falls back to the plain
+    # filter (a subplan per row where the keys are too many to hash)
+    two = ("SELECT a.lk FROM line a JOIN part p ON p.pk = a.pk JOIN line b ON b.lk = a.lk + 1 "
+           "JOIN part r ON r.pk = b.pk WHERE p.brand = 'B3' AND r.size = 1")
+    assert "KEYS_OF" not in _fold_filters(two).get("line", "")
+    anti = ("SELECT l.lk FROM line l WHERE NOT EXISTS (SELECT 1 FROM part p "
+            "WHERE p.pk = l.pk AND p.brand = 'B3')")
+    assert "line" not in _fold_filters(anti)
+    outer = ("SELECT l.lk, p.size FROM line l LEFT JOIN (SELECT pk, size FROM part "
+             "WHERE brand = 'B3') p ON p.pk = l.pk")
+    assert "line" not in _fold_filters(outer)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------
@@ -205,3 +239,38 @@ def test_pg_over_a_view(db: Any) -> None:
         m.maintain("down")  # (maintains up first, in the same transaction)
         want = Counter(map(tuple, conn.execute(down).fetchall()))
         assert Counter(map(tuple, conn.execute("SELECT * FROM down").fetchall())) == want, r
+
+
+def test_pg_fold_keeps_line_items_of_parts_the_view_can_see(db: Any) -> None:
+    """Plan shape: the fold of ``line`` reads the stored σ(part)'s keys, so a batch of line
+    items of parts outside φ folds to nothing; a part moved into φ in the same batch as a new
+    line item of it counts that line item, and the view equals its query."""
+    m, conn, _ = db
+    outside = [r[0] for r in conn.execute(
+        "SELECT pk FROM part WHERE brand <> 'B3' ORDER BY pk LIMIT 40").fetchall()]
+    inside = [r[0] for r in conn.execute(
+        "SELECT pk FROM part WHERE brand = 'B3' ORDER BY pk LIMIT 3").fetchall()]
+    conn.execute("INSERT INTO line SELECT 40000 + i, %s, i, 1 FROM generate_series(1, 5) i",
+                 (inside[1],))
+    m.create_view("v", JOINED, strategy="id")
+    with conn.transaction():
+        for k, pk in enumerate(outside[:30]):
+            conn.execute("INSERT INTO line VALUES (%s, %s, 5, 1)", (20000 + k, pk))
+        conn.execute("UPDATE line SET qty = qty + 1 WHERE pk = ANY(%s)", (outside[:30],))
+    stats = m.maintain("v")
+    assert stats.changes.get("line", 0) == 0, stats.changes
+    moved = conn.execute("SELECT count(*) FROM line WHERE pk = %s AND qty <> 9",
+                         (inside[1],)).fetchone()
+    assert moved is not None and moved[0] > 0
+    with conn.transaction():
+        conn.execute("INSERT INTO line VALUES (30000, %s, 5, 1), (30001, %s, 6, 1), "
+                     "(30002, %s, 7, 1)", (outside[30], inside[0], outside[31]))
+        conn.execute("UPDATE part SET brand = 'B3' WHERE pk = %s", (outside[31],))
+        conn.execute("UPDATE part SET brand = 'B9' WHERE pk = %s", (inside[1],))
+        conn.execute("UPDATE line SET qty = 9 WHERE pk = %s", (inside[1],))
+    stats = m.maintain("v")
+    # the new line items of a part in φ before or after (not of the one outside both), and
+    # the updated ones of the part that left φ
+    assert stats.changes.get("line", 0) == 2 + int(moved[0]), stats.changes
+    want = Counter(map(tuple, conn.execute(JOINED).fetchall()))
+    assert Counter(map(tuple, conn.execute("SELECT * FROM v").fetchall())) == want

@@ -17,6 +17,16 @@ relation holds every row of its operator, filtered or not above it). Over all sc
 the disjunction of theirs; a scan without one leaves T unfiltered. Conditions are kept only
 when deterministic and made of plain operators (comparisons, arithmetic, CASE, casts,
 LIKE/IN/BETWEEN and a few string functions), so a log row is judged as the table row would be.
+
+``fold_filters`` adds, for the fold alone, the conditions a join with a stored σ_φ(S) puts
+on T's rows (``KeysOf``): where the join equates every key column of the stored σ with a
+column of T's side, a T row whose values are no key of σ_φ(S) — in S's state before the
+changes or after them — joins nothing there, in either state the Δ-script evaluates. The keys
+of both states are among the stored relation's keys (in whichever state it is when read) and
+the keys of S's pending log rows (every key that changed): a superset, fixed per run, decided
+per image, so the fold of the images kept is the change table of σ_ψ(T) as for φ above (TPC-H
+Q8: 14k line-item log rows, 0.7% of them of a part the view can see). The triggers do not
+use them (the keys are not the writer's to read).
 """
 
 from __future__ import annotations
@@ -38,24 +48,39 @@ SAFE: tuple[type[exp.Expr], ...] = (
 )
 
 
+class KeysOf(exp.Expression, exp.Func):
+    """The fold filter's semijoin (``fold_filters``): the values of ``expressions`` (T's
+    columns, in the order of the stored relation's key) are a key of the stored σ_φ(S) whose
+    node is ``this`` (an integer literal: its nid) or of S's pending log rows. Never rendered
+    as is: the backend that compiles the fold replaces it."""
+
+    arg_types = {"this": True, "expressions": True}
+
+    @property
+    def nid(self) -> int:
+        return int(self.this.name)
+
+
 def _bare(e: exp.Expr) -> exp.Expr:
     while isinstance(e, exp.Paren):
         e = e.this
     return e
 
 
-def implied(e: exp.Expr, cols: frozenset[str]) -> exp.Expr | None:
+def implied(e: exp.Expr, cols: frozenset[str],
+            safe: tuple[type[exp.Expr], ...] = SAFE) -> exp.Expr | None:
     """A condition on ``cols`` alone that every row satisfying ``e`` satisfies (None: none
-    but TRUE)."""
+    but TRUE); made of ``safe`` nodes."""
     e = _bare(e)
     refs = A.referenced(e)
-    if refs and refs <= cols and all(isinstance(n, SAFE) for n in e.walk()):
+    if refs and refs <= cols and all(isinstance(n, safe) for n in e.walk()):
         return e
     if isinstance(e, exp.And):
-        parts = [p for p in (implied(e.left, cols), implied(e.right, cols)) if p is not None]
+        parts = [p for p in (implied(e.left, cols, safe), implied(e.right, cols, safe))
+                 if p is not None]
         return exp.and_(*parts) if parts else None
     if isinstance(e, exp.Or):
-        left, right = implied(e.left, cols), implied(e.right, cols)
+        left, right = implied(e.left, cols, safe), implied(e.right, cols, safe)
         return None if left is None or right is None else exp.or_(left, right)
     return None
 
@@ -85,46 +110,120 @@ def base_named(scan: A.Scan, e: exp.Expr) -> exp.Expr:
     return e.copy().transform(rw)
 
 
-def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], root: A.Node
-           ) -> Iterable[tuple[A.Scan, exp.Expr | None]]:
-    """Each scan below ``node`` with the condition its rows must meet to reach the view."""
+def _keyed(join: A.Node, stored: A.Node, child: A.Node,
+           keyed: Mapping[int, tuple[str, ...]]) -> tuple[exp.Expr, ...]:
+    """``KeysOf`` for the rows of ``child`` when ``join``'s sibling input ``stored`` is a
+    stored σ over a scan whose every key column the join's condition equates with a column
+    of ``child`` (a conjunct ``k = c``); nothing otherwise."""
+    key = keyed.get(stored.nid)
+    if not key or not (isinstance(stored, A.Select) and isinstance(stored.child, A.Scan)):
+        return ()
+    mine, theirs = set(child.columns), set(stored.columns)
+    pairs: dict[str, str] = {}
+    for a, b in A.equalities(getattr(join, "predicate", None)):
+        if a in theirs and b in mine:
+            pairs.setdefault(a, b)
+        elif b in theirs and a in mine:
+            pairs.setdefault(b, a)
+    if not all(k in pairs for k in key):
+        return ()
+    return (KeysOf(this=exp.Literal.number(stored.nid),
+                   expressions=[exp.column(pairs[k], quoted=True) for k in key]),)
+
+
+def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], root: A.Node,
+           keyed: Mapping[int, tuple[str, ...]]) -> Iterable[tuple[A.Scan, exp.Expr | None]]:
+    """Each scan below ``node`` with the condition its rows must meet to reach the view
+    (with ``keyed``, the semijoins of those stored relations too: ``fold_filters``)."""
     if node.nid in cached and node is not root:
         conds = ()  # a cache stores every row of its operator
+    safe = (*SAFE, KeysOf) if keyed else SAFE
+
+    def down(child: A.Node, cs: tuple[exp.Expr, ...]) -> Iterable[tuple[A.Scan, exp.Expr | None]]:
+        return _scans(child, cs, cached, root, keyed)
+
     if isinstance(node, A.Scan):
         cols = frozenset(node.cols)
-        parts = [p for p in (implied(c, cols) for c in conds) if p is not None]
+        parts = [p for p in (implied(c, cols, safe) for c in conds) if p is not None]
         yield node, exp.and_(*parts) if parts else None
     elif isinstance(node, A.Select):
-        yield from _scans(node.child, (*conds, node.predicate), cached, root)
+        yield from down(node.child, (*conds, node.predicate))
     elif isinstance(node, A.Project):
         exprs = dict(node.exprs)
         below = tuple(x for x in (_through(c, exprs) for c in conds) if x is not None)
-        yield from _scans(node.child, below, cached, root)
+        yield from down(node.child, below)
     elif isinstance(node, A.Join):
         on = (node.predicate,) if node.predicate is not None else ()
-        yield from _scans(node.left, (*conds, *on), cached, root)
-        yield from _scans(node.right, (*conds, *on), cached, root)
+        yield from down(node.left, (*conds, *on, *_keyed(node, node.right, node.left, keyed)))
+        yield from down(node.right, (*conds, *on, *_keyed(node, node.left, node.right, keyed)))
     elif isinstance(node, A.OuterJoin):
         on = (node.predicate,) if node.predicate is not None else ()
-        yield from _scans(node.left, () if node.full else conds, cached, root)
-        yield from _scans(node.right, () if node.full else on, cached, root)
+        yield from down(node.left, () if node.full else conds)
+        yield from down(node.right, () if node.full else
+                        (*on, *_keyed(node, node.left, node.right, keyed)))
     elif isinstance(node, A.SemiJoin):
-        yield from _scans(node.left, (*conds, node.predicate), cached, root)
-        yield from _scans(node.right, (node.predicate,), cached, root)
+        yield from down(node.left, (*conds, node.predicate,
+                                    *_keyed(node, node.right, node.left, keyed)))
+        yield from down(node.right, (node.predicate, *_keyed(node, node.left, node.right, keyed)))
     elif isinstance(node, A.AntiJoin):
-        yield from _scans(node.left, conds, cached, root)
-        yield from _scans(node.right, (node.predicate,), cached, root)
+        yield from down(node.left, conds)
+        yield from down(node.right, (node.predicate, *_keyed(node, node.left, node.right, keyed)))
     else:  # γ, ∪ and the rest: their inputs' rows are not filtered by what is above
         for child in node.children:
-            yield from _scans(child, (), cached, root)
+            yield from down(child, ())
 
 
 def log_filters(root: A.Node, cached: Iterable[int] = ()) -> dict[str, exp.Expr]:
     """Base table → a condition on its columns (base names) that the images of its change log
     must meet to matter to the view rooted at ``root`` (``cached``: the nids of its stored
     relations); tables with no such condition are left out."""
+    return _per_table(_scans(root, (), frozenset(cached), root, {}))
+
+
+def fold_filters(root: A.Node, cached: Iterable[int],
+                 keyed: Mapping[int, tuple[str, ...]]) -> dict[str, exp.Expr]:
+    """``log_filters`` with the semijoins of stored relations (``KeysOf``), for the fold:
+    ``keyed`` maps the nid of each stored σ over a scan to its key columns (never NULL)."""
+    stored = {nid: key for nid, key in keyed.items() if key}
+    plain = _per_table(_scans(root, (), frozenset(cached), root, {}))
+    per: dict[str, dict[str, exp.Expr | None]] = {}
+    canon = _canonical(root, stored)
+    for scan, cond in _scans(root, (), frozenset(cached), root, stored):
+        if cond is not None:
+            cond = base_named(scan, cond).transform(
+                lambda n: KeysOf(this=exp.Literal.number(canon[n.nid]),
+                                 expressions=[e.copy() for e in n.expressions])
+                if isinstance(n, KeysOf) else n)
+        per.setdefault(scan.table, {})[cond.sql("postgres") if cond is not None else ""] = cond
+    out = dict(plain)
+    for table, conds in per.items():
+        # one condition over the scans (copies alike: a magic set's): a semijoin in a
+        # conjunction, which PostgreSQL runs as a join; under an OR it would be a subplan
+        # per row where its keys are too many to hash — then the plain filter
+        (_, cond), *more = conds.items()
+        if not more and cond is not None and any(isinstance(n, KeysOf) for n in cond.walk()):
+            out[table] = cond
+    return out
+
+
+def _canonical(root: A.Node, keyed: Mapping[int, tuple[str, ...]]) -> dict[int, int]:
+    """Each stored σ over a scan → the first stored σ of the same table, condition and key
+    (their stored rows are the same)."""
+    first: dict[tuple[str, str, tuple[str, ...]], int] = {}
+    out: dict[int, int] = {}
+    for n in A.walk(root):
+        if n.nid in keyed and isinstance(n, A.Select) and isinstance(n.child, A.Scan):
+            scan = n.child
+            sig = (scan.table, base_named(scan, n.predicate).sql("postgres"),
+                   tuple(scan.base_of(k) for k in keyed[n.nid]))
+            out[n.nid] = first.setdefault(sig, n.nid)
+    return out
+
+
+def _per_table(scans: Iterable[tuple[A.Scan, exp.Expr | None]]) -> dict[str, exp.Expr]:
+    """Per table, the disjunction of its scans' conditions (none if one scan has none)."""
     per: dict[str, list[exp.Expr | None]] = {}
-    for scan, cond in _scans(root, (), frozenset(cached), root):
+    for scan, cond in scans:
         if cond is not None:
             cond = base_named(scan, cond)
         per.setdefault(scan.table, []).append(cond)

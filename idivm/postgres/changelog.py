@@ -547,10 +547,11 @@ def snapshot_literal(text: str) -> exp.Expr:
     return exp.cast(exp.Literal.string(text), exp.DataType.build("pg_snapshot", udt=True))
 
 
-def pending_predicate(prev: exp.Expr) -> exp.Expr:
+def pending_predicate(prev: exp.Expr, xid: exp.Expr | None = None) -> exp.Expr:
     """Log rows the current snapshot sees and the snapshot ``prev`` did not (the index on
-    ``__xid`` bounds the scan from below: an xid under prev's xmin had ended before it)."""
-    xid = _col(XID)
+    ``__xid`` bounds the scan from below: an xid under prev's xmin had ended before it);
+    ``xid``: the log row's ``__xid`` (default: the column, unqualified)."""
+    xid = _col(XID) if xid is None else xid
     return exp.and_(
         exp.GTE(this=xid, expression=exp.Anonymous(this="pg_snapshot_xmin",
                                                    expressions=[prev.copy()])),
@@ -754,7 +755,8 @@ def fold_select(table: Table, log: exp.Expr, where: exp.Expr,
 
 
 def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
-                server_types: Mapping[str, str] | None = None) -> exp.Expr:
+                server_types: Mapping[str, str] | None = None,
+                again: exp.Expr | None = None) -> exp.Expr:
     """``fold_select``'s result (PostgreSQL), by one hashed grouping of the log by key for the
     keys a batch changes once — one row logged (an insert or a delete), or two (a 'D' and an
     'I': an update, left out when both images are equal) — and ``fold_select``'s netting over
@@ -764,7 +766,11 @@ def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
     whole images and its sort by key. Tables with a column without equality fold by
     ``fold_select`` alone (the update test compares images). A key's images are its columns'
     values in its one 'D' and one 'I' row, by ``companion``'s ``first_image`` aggregate (its
-    value for the keys logged more often is not used)."""
+    value for the keys logged more often is not used). ``again``: the condition on the log
+    rows of those keys (default ``where``) — any the rows ``where`` keeps meet, weaker where
+    ``where`` is costly per row: their fold is then of more of their images, which is exact as
+    long as each image left out could not matter (the fold's semijoins,
+    ``postgres.compile.fold_visible``)."""
     types = {c.name: c.type for c in table.columns} | dict(server_types or {})
     keys, others = list(table.primary_key), list(table.non_key_columns)
     if not keys or any(_without_equality(types[c]) for c in others):
@@ -811,9 +817,10 @@ def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
             exp.GT(this=_col(n), expression=two.copy()),
             exp.and_(exp.EQ(this=_col(n), expression=two.copy()),
                      exp.NEQ(this=_col(nd), expression=one.copy()))))
-    again = exp.In(this=exp.Tuple(expressions=[_col(c) for c in keys]),
-                   query=exp.Subquery(this=more))
-    rest = fold_select(table, log, exp.and_(where.copy(), again), server_types=server_types)
+    logged_more = exp.In(this=exp.Tuple(expressions=[_col(c) for c in keys]),
+                         query=exp.Subquery(this=more))
+    rest = fold_select(table, log, exp.and_((where if again is None else again).copy(),
+                                            logged_more), server_types=server_types)
     out = exp.union(simple, rest, distinct=False)
     cte = exp.CTE(this=per_key, alias=exp.TableAlias(this=_ident(k)), materialized=True)
     out.set("with_", exp.With(expressions=[cte]))

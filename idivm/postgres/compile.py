@@ -36,7 +36,7 @@ from idivm import pipeline
 from idivm.catalog import Table
 from idivm.plan import Plan
 from idivm.planner.linear import linear_change_tables, read_from
-from idivm.planner.log_filter import log_filters
+from idivm.planner.log_filter import KeysOf, base_named, fold_filters, log_filters
 from idivm.planner.model import change_table, fit
 from idivm.planner.prune import prune_empty
 from idivm.postgres.changelog import (
@@ -55,7 +55,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 17  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 18  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
 # 1/60 of a probe through an index; measured here it is 1/5–1/8 (TPC-H SF 1 Q12: 31k cache rows
@@ -1051,6 +1051,104 @@ def visible(plan: Plan) -> dict[str, exp.Expr]:
             if not plan.undeclared_changes(t)}
 
 
+@dataclass(frozen=True)
+class FoldFilter:
+    """A table's fold filter (``fold_visible``) in two forms where it has semijoins of stored
+    σ: ``hashed`` reads every key of the stored relations (a hash join: for a log that is not
+    small against them); ``probe`` finds each log row's value through the stored relation's
+    key index and among S's changed keys, an array ``arrays`` fill first (PL/pgSQL variable,
+    its type, the query) — for a log small against them, whose refresh then costs in
+    proportion to its rows, not to the stored relations' (None: a key of several columns).
+    ``stored``: the stored relations read (their ``pg_class`` names)."""
+
+    hashed: exp.Expr
+    probe: exp.Expr | None = None
+    arrays: tuple[tuple[str, str, exp.Select], ...] = ()
+    stored: tuple[str, ...] = ()
+
+
+def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
+                 key_types: Mapping[str, Mapping[str, str]] | None = None
+                 ) -> dict[str, FoldFilter]:
+    """``visible`` with the semijoins of the stored σ over a scan that joins read by their
+    whole key (``planner.log_filter.fold_filters``), for the fold: a ``KeysOf`` is ``(c…) IN
+    (the stored relation's keys UNION ALL the keys of S's log rows pending since ``prev``
+    that meet φ)`` (``FoldFilter.hashed``), or ``EXISTS (the stored row of key c) OR c =
+    ANY(S's changed keys)`` (``FoldFilter.probe``; ``key_types``: the server types of S's
+    columns, for the array)."""
+    if plan.strategy == "recompute":
+        return {}
+    nodes = {n.nid: n for n in A.walk(plan.root)}
+    stored = {m.nid: m for m in plan.materialized if m.role != "view" and not m.nullable}
+    cached = [m.nid for m in plan.materialized]
+    found = fold_filters(plan.root, cached, {nid: m.key for nid, m in stored.items()})
+    arrays: dict[int, tuple[str, str, exp.Select]] = {}
+    single = True
+
+    def parts(node: KeysOf) -> tuple[exp.Select, exp.Select, A.Scan]:
+        m, sel = stored[node.nid], nodes[node.nid]
+        assert isinstance(sel, A.Select) and isinstance(sel.child, A.Scan)
+        scan = sel.child
+        held = exp.select(*[exp.column(k, table="s", quoted=True) for k in m.key]).from_(
+            exp.Table(this=exp.to_identifier(m.name, quoted=True),
+                      db=exp.to_identifier(companion, quoted=True),
+                      alias=exp.TableAlias(this=exp.to_identifier("s"))))
+        log = log_ref(schema, scan.table)
+        log.set("alias", exp.TableAlias(this=exp.to_identifier("g")))
+        # the changed keys: of S's pending images that meet φ (an image failing it is of
+        # no row of σ_φ(S), before or after)
+        phi = base_named(scan, sel.predicate).transform(
+            lambda n: exp.column(n.name, table="g", quoted=True)
+            if isinstance(n, exp.Column) else n)
+        changed = exp.select(*[exp.column(scan.base_of(k), table="g", quoted=True)
+                               for k in m.key]).from_(log).where(exp.and_(
+            pending_predicate(prev, exp.column(XID, table="g", quoted=True)), exp.paren(phi)))
+        return held, changed, scan
+
+    def hashed(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, KeysOf):
+            return node
+        held, changed, _ = parts(node)
+        cols = node.expressions
+        return exp.In(this=cols[0] if len(cols) == 1 else exp.Tuple(expressions=cols),
+                      query=exp.Subquery(this=exp.union(held, changed, distinct=False)))
+
+    def probe(node: exp.Expr) -> exp.Expr:
+        nonlocal single
+        if not isinstance(node, KeysOf):
+            return node
+        held, changed, scan = parts(node)
+        m, cols = stored[node.nid], node.expressions
+        if len(cols) != 1 or key_types is None:
+            single = False
+            return node
+        var = arrays.setdefault(node.nid, (
+            f"idivm__ks{node.nid}", f"{key_types[scan.table][scan.base_of(m.key[0])]}[]",
+            changed))[0]
+        # (OFFSET 0: a subplan per row, never hashed — the point is not reading every key)
+        here = held.where(exp.EQ(this=exp.column(m.key[0], table="s", quoted=True),
+                                 expression=cols[0].copy())).offset(0)
+        return exp.or_(exp.Exists(this=here), exp.EQ(
+            this=cols[0].copy(), expression=exp.Any(this=exp.paren(exp.column(var)))))
+
+    out: dict[str, FoldFilter] = {}
+    for t, f in found.items():
+        if plan.undeclared_changes(t):
+            continue
+        semi = sorted({n.nid for n in f.find_all(KeysOf)})
+        if not semi:
+            out[t] = FoldFilter(f)
+            continue
+        arrays.clear()
+        single = True
+        p = f.transform(probe)
+        out[t] = FoldFilter(
+            f.transform(hashed), p if single else None,
+            tuple(arrays.values()) if single else (),
+            tuple(q(companion) + "." + q(stored[n].name) for n in semi))
+    return out
+
+
 def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  tables: Mapping[str, Table], fingerprints: Mapping[str, str],
                  column_types: Mapping[str, Mapping[str, str]],
@@ -1094,11 +1192,17 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     linear = frozenset(t for t in base if change_table(t) in summed)
     # the log images of each table the view can see: the others are left out of the fold
     seen = {} if no_equality else {t: f for t, f in visible(plan).items() if t in tables}
+    # the fold's: with the semijoins of stored σ (not in the linear reads: a Δ-script
+    # statement, where the planner's estimate of one pending log row could make a nested
+    # loop of them over a scan of another log)
+    folded = {} if no_equality else {t: f for t, f in fold_visible(
+        plan, schema, companion, exp.column(PREV), column_types).items() if t in tables}
 
-    def pending(t: str) -> exp.Expr:
-        """The pending log rows of ``t`` the view can see."""
+    def pending(t: str, f: exp.Expr | None = None) -> exp.Expr:
+        """The pending log rows of ``t`` the view can see (``f``: by that filter)."""
         p = pending_predicate(exp.column(PREV))
-        return exp.and_(p, exp.paren(seen[t].copy())) if t in seen else p
+        f = seen.get(t) if f is None else f
+        return exp.and_(p, exp.paren(f.copy())) if f is not None else p
 
     source: Sequence[Statement] = plan.statements
     for t in sorted(linear):
@@ -1181,6 +1285,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
 
     # the Δ-script's branch: fold the pending log of every table into its change table
     delta: list[str] = []
+    decl_arrays: list[str] = []  # the folds' arrays of changed keys (``FoldFilter.arrays``)
     for t in base:
         r = rels[names[change_table(t)]]
         if t in linear:  # read unfolded by the Δ-script: its log rows are its changes
@@ -1189,17 +1294,38 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                          f"idivm__changes := idivm__changes || "
                          f"jsonb_build_object({lit(t)}, {r.counter});")
             continue
-        fold = fold_by_key(tables[t], log_ref(schema, t), pending(t),
-                           companion, server_types=column_types[t])
-        ins = exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True))).sql("postgres")
-        delta.append(
-            f"IF {logged[t]} > 0 THEN\n"
-            f"  idivm__ts := clock_timestamp();\n"
+        ff = folded.get(t)
+
+        def fold_into(f: exp.Expr | None, t: str = t, r: Relation = r) -> str:
+            # (the keys logged more than once or twice: their images by the filter without
+            # the semijoins — those keys passed them, and an image they would drop is one
+            # that cannot matter)
+            fold = fold_by_key(tables[t], log_ref(schema, t), pending(t, f),
+                               companion, server_types=column_types[t], again=pending(t))
             # hashed: the planner estimates the log's pending rows (one transaction id, past
             # its statistics) at one, and a nested loop of them over the keys logged more
             # often than twice rescans the per-key grouping per log row (TPC-H Q8 with a
             # second view's rows kept in the log: 12 s for 18k rows)
-            f"{_indent(_hashed(ins + ';'), 2)}\n"
+            return _hashed(exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True)))
+                           .sql("postgres") + ";")
+
+        run = fold_into(ff.hashed if ff is not None else None)
+        if ff is not None and ff.probe is not None:
+            # a log small against the stored relations its semijoins read (fewer than half
+            # their rows, by their last ANALYZE): each of its rows finds its key in their
+            # index rather than every stored key hashed (TPC-H Q4: 11.5k line-item log rows
+            # against 57k stored orders, 53 ms hashed)
+            sizes = ", ".join(f"{lit(x)}::regclass" for x in ff.stored)
+            fill = "\n".join(f"{v} := ARRAY({qq.sql('postgres')});" for v, _, qq in ff.arrays)
+            run = (f"IF {logged[t]} * 2 < (SELECT min(c.reltuples) FROM pg_class c "
+                   f"WHERE c.oid IN ({sizes})) THEN\n"
+                   f"{_indent(fill, 2)}\n{_indent(fold_into(ff.probe), 2)}\n"
+                   f"ELSE\n{_indent(run, 2)}\nEND IF;")
+            decl_arrays.extend(f"{v} {typ};" for v, typ, _ in ff.arrays)
+        delta.append(
+            f"IF {logged[t]} > 0 THEN\n"
+            f"  idivm__ts := clock_timestamp();\n"
+            f"{_indent(run, 2)}\n"
             f"  GET DIAGNOSTICS {r.counter} = ROW_COUNT;\n"
             f"  idivm__total := idivm__total + {r.counter};\n"
             f"{_indent(_analyze(r), 2)}\n"
@@ -1363,6 +1489,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 "'caches_stale', idivm__stale, "
                 "'seconds', extract(epoch FROM clock_timestamp() - idivm__t0));")
 
+    decl += list(dict.fromkeys(decl_arrays))
     src = ("DECLARE\n" + _indent("\n".join(decl), 2) + "\nBEGIN\n"
            + _indent("\n\n".join(body), 2) + "\nEND")
     header = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(function)}({DECISION_ARG} jsonb "

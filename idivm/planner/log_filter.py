@@ -23,10 +23,10 @@ on T's rows (``KeysOf``): where the join equates every key column of the stored 
 column of T's side, a T row whose values are no key of σ_φ(S) — in S's state before the
 changes or after them — joins nothing there, in either state the Δ-script evaluates. The keys
 of both states are among the stored relation's keys (in whichever state it is when read) and
-the keys of S's pending log rows (every key that changed): a superset, fixed per run, decided
-per image, so the fold of the images kept is the change table of σ_ψ(T) as for φ above (TPC-H
-Q8: 14k line-item log rows, 0.7% of them of a part the view can see). The triggers do not
-use them (the keys are not the writer's to read).
+the keys of S's pending log rows that meet φ (every key that changed in or out of σ_φ(S)): a
+superset, fixed per run, decided per image, so the fold of the images kept is the change
+table of σ_ψ(T) as for φ above (TPC-H Q8: 14k line-item log rows, 0.7% of them of a part
+the view can see). The triggers do not use them (the keys are not the writer's to read).
 """
 
 from __future__ import annotations

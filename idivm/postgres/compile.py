@@ -1082,9 +1082,6 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
     stored = {m.nid: m for m in plan.materialized if m.role != "view" and not m.nullable}
     cached = [m.nid for m in plan.materialized]
     found = fold_filters(plan.root, cached, {nid: m.key for nid, m in stored.items()})
-    arrays: dict[int, tuple[str, str, exp.Select]] = {}
-    single = True
-
     def parts(node: KeysOf) -> tuple[exp.Select, exp.Select, A.Scan]:
         m, sel = stored[node.nid], nodes[node.nid]
         assert isinstance(sel, A.Select) and isinstance(sel.child, A.Scan)
@@ -1113,39 +1110,39 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
         return exp.In(this=cols[0] if len(cols) == 1 else exp.Tuple(expressions=cols),
                       query=exp.Subquery(this=exp.union(held, changed, distinct=False)))
 
+    def array(node: KeysOf) -> tuple[str, str, exp.Select]:
+        """The PL/pgSQL array of S's changed keys the probing form reads: name, type, query."""
+        assert key_types is not None
+        _, changed, scan = parts(node)
+        key = stored[node.nid].key[0]
+        return (f"idivm__ks{node.nid}", f"{key_types[scan.table][scan.base_of(key)]}[]",
+                changed)
+
     def probe(node: exp.Expr) -> exp.Expr:
-        nonlocal single
         if not isinstance(node, KeysOf):
             return node
-        held, changed, scan = parts(node)
-        m, cols = stored[node.nid], node.expressions
-        if len(cols) != 1 or key_types is None:
-            single = False
-            return node
-        var = arrays.setdefault(node.nid, (
-            f"idivm__ks{node.nid}", f"{key_types[scan.table][scan.base_of(m.key[0])]}[]",
-            changed))[0]
+        held, _, _ = parts(node)
+        key, col = stored[node.nid].key[0], node.expressions[0]
         # (OFFSET 0: a subplan per row, never hashed — the point is not reading every key)
-        here = held.where(exp.EQ(this=exp.column(m.key[0], table="s", quoted=True),
-                                 expression=cols[0].copy())).offset(0)
+        here = held.where(exp.EQ(this=exp.column(key, table="s", quoted=True),
+                                 expression=col.copy())).offset(0)
         return exp.or_(exp.Exists(this=here), exp.EQ(
-            this=cols[0].copy(), expression=exp.Any(this=exp.paren(exp.column(var)))))
+            this=col.copy(), expression=exp.Any(this=exp.paren(exp.column(array(node)[0])))))
 
     out: dict[str, FoldFilter] = {}
     for t, f in found.items():
         if plan.undeclared_changes(t):
             continue
-        semi = sorted({n.nid for n in f.find_all(KeysOf)})
-        if not semi:
+        semis = {n.nid: n for n in f.find_all(KeysOf)}
+        if not semis:
             out[t] = FoldFilter(f)
             continue
-        arrays.clear()
-        single = True
-        p = f.transform(probe)
+        probing = key_types is not None and all(len(n.expressions) == 1
+                                                for n in semis.values())
         out[t] = FoldFilter(
-            f.transform(hashed), p if single else None,
-            tuple(arrays.values()) if single else (),
-            tuple(q(companion) + "." + q(stored[n].name) for n in semi))
+            f.transform(hashed), f.transform(probe) if probing else None,
+            tuple(array(semis[n]) for n in sorted(semis)) if probing else (),
+            tuple(q(companion) + "." + q(stored[n].name) for n in sorted(semis)))
     return out
 
 

@@ -35,10 +35,14 @@ DEFAULT_PER_CHANGE = 1.5e-4  # seconds per change-feed row (V′ under a 1% batc
 # engine: (floor, per change) before anything is measured; the driver (DuckDB) figures are
 # the 1M-link benchmark's (0.3–0.45 s for 200 changes, ~25 µs per change up to 10k changes)
 # PostgreSQL's (the compiled function): ~1.4 ms with nothing pending, 4–5 ms for one change;
-# TPC-H SF 0.1 batches of 1,400–1,900 log rows take 10–40 ms warm (`idivm bench tpch`), 7–20 µs
-# a change; `idivm bench pg`'s 20,000 price updates 0.6–1.8 s (30–90 µs, V′'s wide joins)
+# TPC-H SF 1 batches of 2,800–23,700 log rows take 25–250 ms warm (`idivm bench tpch`), 1.4–15
+# µs a change (Q17 1.4, Q9 3.8, Q3 6.8, Q18 7.7, Q21 12, Q20 15); `idivm bench pg`'s 20,000
+# price updates 0.6–1.8 s (30–90 µs, V′'s wide joins). The rate is a prior the first
+# maintenance of a size corrects (the ``explore`` verdict): too high a one keeps a view
+# recomputing without ever measuring its Δ-script (TPC-H SF 1 Q17 at 20 µs: 18,000 changes
+# estimated at 0.37 s against a 45–62 ms recomputation; it maintains in 15–25 ms)
 ENGINE_DEFAULTS = {"spark": (DEFAULT_FIXED, DEFAULT_PER_CHANGE), "driver": (0.3, 3e-5),
-                   "postgres": (0.005, 2e-5)}
+                   "postgres": (0.005, 1e-5)}
 KEEP = 8  # maintenance samples kept per view
 # a view whose caches are stale (PostgreSQL: the last refresh recomputed the view alone) is
 # maintained again only if the Δ-script's estimate plus its rebuild (every stored relation

@@ -111,16 +111,16 @@ def test_postgres_defaults_before_anything_is_measured() -> None:
     spark_only = History().with_maintain(10_000, 30.0).with_maintain(5_000, 20.0, "driver")
     assert maintain_model(spark_only.maintain, 10_000, "postgres") == (fixed, per)
     h = spark_only.with_recompute(0.2, 1_000_000)
-    # 200 changes ≈ 9 ms: maintain; 40,000 ≈ 0.8 s: recompute (measured at 0.2 s); 10,000 ≈
-    # 0.2 s, unmeasured and within reach: maintained once to measure it
+    # 200 changes ≈ 7 ms: maintain; 100,000 ≈ 1 s: recompute (measured at 0.2 s); 30,000 ≈
+    # 0.3 s, unmeasured and within reach: maintained once to measure it
     small = decide("auto", 200, 1_000_000, h, "postgres")
     assert small.choice == "id" and small.maintain_estimate == pytest.approx(fixed + 200 * per)
     assert "on postgres" in small.reason and "ms" in small.reason
-    assert decide("auto", 40_000, 1_000_000, h, "postgres").choice == "recompute"
-    explore = decide("auto", 10_000, 1_000_000, h, "postgres")
+    assert decide("auto", 100_000, 1_000_000, h, "postgres").choice == "recompute"
+    explore = decide("auto", 30_000, 1_000_000, h, "postgres")
     assert explore.choice == "id" and "maintaining once to measure it" in explore.reason
-    measured = h.with_maintain(10_000, 0.5, "postgres")
-    assert decide("auto", 10_000, 1_000_000, measured, "postgres").choice == "recompute"
+    measured = h.with_maintain(30_000, 0.5, "postgres")
+    assert decide("auto", 30_000, 1_000_000, measured, "postgres").choice == "recompute"
     assert decide("id", 10**9, 10, h, "postgres").choice == "id"
     assert decide("recompute", 1, 10, h, "postgres").choice == "recompute"
 
@@ -268,7 +268,7 @@ def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones() -> None:
     assert threshold(1000, cold, "postgres", warm_session=True).choice(300) == "id"
     assert threshold(1000, cold, "postgres").choice(300) == "recompute"
     # a cold floor far above recomputing is still explored (it is mostly planning), but not
-    # a batch out of reach at the engine's default floor and rate (5 ms + 20 µs a change)
+    # a batch out of reach at the engine's default floor and rate (5 ms + 10 µs a change)
     far = History.of_runs([("create", 0, 0.004, 1000), ("id", 300, 0.200, 1000, True)])
     assert decide("auto", 300, 1000, far, "postgres", warm_session=True).choice == "id"
     assert decide("auto", 30_000, 1000, far, "postgres", warm_session=True

@@ -9,10 +9,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlglot import parse_one
+from sqlglot import exp, parse_one
 
 import idivm
-from idivm.planner.linear import linear_change_tables
+from idivm.planner.linear import linear_change_tables, merge_image_reads
 from idivm.planner.model import change_table
 from idivm.postgres import PostgresMaintainer
 from idivm.script import Compute
@@ -77,6 +77,28 @@ def _grouping(pre_sum: str) -> Compute:
 def test_only_mirrored_branches_are_linear(pre_sum: str, linear: bool) -> None:
     got = linear_change_tables([_grouping(pre_sum)], {change_table("item"): ("id",)})
     assert bool(got) is linear
+
+
+def test_a_log_read_scans_each_row_once() -> None:
+    """Over a log (each row one image under both names), a mirrored pair is one branch: the
+    post branch's filter without ``__has_post``, the summed value signed by the row's kind."""
+    [merged] = merge_image_reads([_grouping("-(g.qty__pre)")], change_table("item"), ("id",))
+    assert isinstance(merged, Compute)
+    q = merged.query
+    assert q.find(exp.Union) is None
+    assert [t.name for t in q.find_all(exp.Table)] == [change_table("item")]
+    inner = q.find(exp.Subquery).this
+    assert inner.args["where"].sql("postgres") == "WHERE g.qty__post > 1"
+    assert inner.expressions[1].sql("postgres") == (
+        'CASE WHEN g.__has_post THEN g.qty__post ELSE -(g.qty__post) END AS d')
+    # every view of LINEAR compiles to one read of its log per summing statement
+    cat = idivm.Catalog.from_ddl(DDL)
+    for view in LINEAR.values():
+        p = idivm.plan(view, cat)
+        for s in merge_image_reads(p.statements, change_table("item"), ("id",)):
+            if isinstance(s, Compute):
+                assert s.query.find(exp.Union) is None or not any(
+                    t.name == change_table("item") for t in s.query.find_all(exp.Table))
 
 
 BATCHES: list[list[str]] = [

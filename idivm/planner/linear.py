@@ -20,6 +20,12 @@ as old, and their contributions cancel in the sums; what is left is the last ima
 contribution less the first's — what the fold gives. Such a table needs no fold: the
 statement can read its log rows, each a post-image ('I') or a pre-image ('D').
 
+Read from the log, the two branches of a pair scan the same rows for their two kinds: where
+each row is one image, its values under both names (``postgres.changelog.log_images``), the
+pair is one branch — the post branch without its ``__has_post`` filter, each summed value the
+post contribution for a post-image and the pre branch's (read under the post names, the same
+values) for a pre-image (``merge_image_reads``) — and the log is scanned once, not twice.
+
 ``linear_change_tables`` finds the change tables read only that way, checking the shape
 exactly: every reference is a branch of such a UNION ALL (one table, no join or subquery, a
 filter on ``__has_post`` or ``__has_pre`` and columns of that side and the keys only), the
@@ -200,46 +206,102 @@ def _mirrors(pre: exp.Select, post: exp.Select, names: Sequence[str], summed: se
 def _linear(statements: Sequence[Statement], name: str, keys: frozenset[str]) -> bool:
     if any(isinstance(s, Apply) and s.diff == name for s in statements):
         return False
+    tops = _tops(statements, name, keys)
+    return tops is not None and all(_pairs(top, name, keys) is not None for top in tops)
+
+
+def _pairs(top: exp.Expr, name: str, keys: frozenset[str]
+           ) -> list[tuple[exp.Select, exp.Select]] | None:
+    """The union ``top``'s branches as (post, pre) mirror pairs (``_linear``'s check), None
+    if they are not."""
+    shape = _grouping(top)
+    if shape is None:
+        return None
+    summed, _ = shape
+    leaves = _leaves(top)
+    sides: list[tuple[str, exp.Select]] = []
+    for leaf in leaves:
+        src = leaf.args.get("from_") if isinstance(leaf, exp.Select) else None
+        tb = src.this if src is not None else None
+        if not isinstance(tb, exp.Table) or tb.name != name or tb.args.get("db"):
+            return None  # every branch of the union reads this table's changes
+        side = _branch_side(leaf, tb, keys)
+        if side is None:
+            return None
+        assert isinstance(leaf, exp.Select)
+        sides.append((side, leaf))
+    names = [p.alias_or_name for p in leaves[0].expressions]
+    posts = [b for s, b in sides if s == POST]
+    pres = [b for s, b in sides if s == PRE]
+    if len(posts) != len(pres):
+        return None
+    out = []
+    for p in posts:
+        match = next((m for m in pres if _mirrors(m, p, names, summed)), None)
+        if match is None:
+            return None
+        pres.remove(match)
+        out.append((p, match))
+    return out
+
+
+def _tops(statements: Sequence[Statement], name: str, keys: frozenset[str]
+          ) -> list[exp.Expr] | None:
+    """The unions of branches reading ``name`` (each branch one side's images), None if a
+    reference is not in such a branch."""
     refs = list(_refs(statements, name))
     if not refs:
-        return False
+        return None
     tops: dict[int, exp.Expr] = {}
     for ref in refs:
         branch = ref.parent.parent if isinstance(ref.parent, exp.From) else None
         if branch is None or _branch_side(branch, ref, keys) is None:
-            return False
+            return None
         top: exp.Expr = branch
         while isinstance(top.parent, exp.Union) and not top.parent.args.get("distinct"):
             top = top.parent
         tops[id(top)] = top
-    for top in tops.values():
-        shape = _grouping(top)
-        if shape is None:
-            return False
-        summed, _ = shape
-        leaves = _leaves(top)
-        sides: list[tuple[str, exp.Select]] = []
-        for leaf in leaves:
-            src = leaf.args.get("from_") if isinstance(leaf, exp.Select) else None
-            tb = src.this if src is not None else None
-            if not isinstance(tb, exp.Table) or tb.name != name or tb.args.get("db"):
-                return False  # every branch of the union reads this table's changes
-            side = _branch_side(leaf, tb, keys)
-            if side is None:
-                return False
-            assert isinstance(leaf, exp.Select)
-            sides.append((side, leaf))
-        names = [p.alias_or_name for p in leaves[0].expressions]
-        posts = [b for s, b in sides if s == POST]
-        pres = [b for s, b in sides if s == PRE]
-        if len(posts) != len(pres):
-            return False
-        for p in posts:
-            match = next((m for m in pres if _mirrors(m, p, names, summed)), None)
-            if match is None:
-                return False
-            pres.remove(match)
-    return True
+    return list(tops.values())
+
+
+def _merged(post: exp.Select, pre: exp.Select, summed: set[str]) -> exp.Select:
+    """One branch for the pair over rows that each hold one image under both names: the
+    post branch's filter less its ``__has_post``, each summed value the post contribution
+    where the row is a post-image, else the pre branch's (read under the post names)."""
+    conjuncts = _conjuncts(post.args.get("where"))
+    flag = next(c for c in conjuncts if isinstance(c, exp.Column) and c.name == HAS_POST)
+    out = post.copy()
+    for p, q in zip(out.expressions, pre.expressions, strict=True):
+        if p.alias_or_name in summed:
+            p.set("this", exp.Case(ifs=[exp.If(this=flag.copy(), true=p.this.copy())],
+                                   default=_as_post(q.this)))
+    rest = [c for c in conjuncts if c is not flag]
+    out.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
+    return out
+
+
+def merge_image_reads(statements: Sequence[Statement], name: str, keys: Sequence[str]
+                      ) -> list[Statement]:
+    """``statements`` (reading change table ``name`` linearly: ``linear_change_tables``)
+    with each mirrored (post, pre) pair of union branches as one branch, for a ``name`` whose
+    rows each hold one image under both names — a log's rows (``log_images``): each row is
+    then read once. Not for a fold's change table, whose rows hold two different images."""
+    out: list[Statement] = []
+    for s in statements:
+        if isinstance(s, Compute) and any(True for _ in _refs([s], name)):
+            q = s.query.copy()
+            for top in _tops([dataclasses.replace(s, query=q)], name, frozenset(keys)) or []:
+                pairs, shape = _pairs(top, name, frozenset(keys)), _grouping(top)
+                if pairs is None or shape is None:
+                    raise ValueError(f"{name} is not read linearly by {s.name}")
+                branches = [_merged(p, m, shape[0]) for p, m in pairs]
+                merged: exp.Expr = branches[0]
+                for b in branches[1:]:
+                    merged = exp.union(merged, b, distinct=False)
+                top.replace(merged)
+            s = dataclasses.replace(s, query=q)
+        out.append(s)
+    return out
 
 
 def linear_change_tables(statements: Sequence[Statement], change_tables: Mapping[str, Sequence[str]]

@@ -35,7 +35,7 @@ from idivm import algebra as A
 from idivm import pipeline
 from idivm.catalog import Table
 from idivm.plan import Plan
-from idivm.planner.linear import linear_change_tables, read_from
+from idivm.planner.linear import linear_change_tables, merge_image_reads, read_from
 from idivm.planner.log_filter import KeysOf, base_named, fold_filters, log_filters
 from idivm.planner.model import change_table, fit
 from idivm.planner.prune import prune_empty
@@ -55,7 +55,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 18  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 19  # bump when the compiled code's shape changes: installed views recompile
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
 # 1/60 of a probe through an index; measured here it is 1/5–1/8 (TPC-H SF 1 Q12: 31k cache rows
@@ -1203,8 +1203,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
 
     source: Sequence[Statement] = plan.statements
     for t in sorted(linear):
-        source = read_from(source, change_table(t), log_images(
-            tables[t], log_ref(schema, t), pending(t)))
+        # each log row one image: a mirrored pair of branches reads it once
+        source = read_from(merge_image_reads(source, change_table(t), tables[t].primary_key),
+                           change_table(t), log_images(tables[t], log_ref(schema, t),
+                                                       pending(t)))
     statements = rename_temporaries(split_snapshot_or(source), names)
     base_changes = {names[change_table(t)] for t in base}
     # snapshots split into per-i-diff branches stay tables filled branch by branch

@@ -211,9 +211,9 @@ def _linear(statements: Sequence[Statement], name: str, keys: frozenset[str]) ->
 
 
 def _pairs(top: exp.Expr, name: str, keys: frozenset[str]
-           ) -> list[tuple[exp.Select, exp.Select]] | None:
-    """The union ``top``'s branches as (post, pre) mirror pairs (``_linear``'s check), None
-    if they are not."""
+           ) -> tuple[set[str], list[tuple[exp.Select, exp.Select]]] | None:
+    """The union ``top``'s summed columns and its branches as (post, pre) mirror pairs
+    (``_linear``'s check), None if they are not."""
     shape = _grouping(top)
     if shape is None:
         return None
@@ -242,7 +242,7 @@ def _pairs(top: exp.Expr, name: str, keys: frozenset[str]
             return None
         pres.remove(match)
         out.append((p, match))
-    return out
+    return summed, out
 
 
 def _tops(statements: Sequence[Statement], name: str, keys: frozenset[str]
@@ -291,10 +291,11 @@ def merge_image_reads(statements: Sequence[Statement], name: str, keys: Sequence
         if isinstance(s, Compute) and any(True for _ in _refs([s], name)):
             q = s.query.copy()
             for top in _tops([dataclasses.replace(s, query=q)], name, frozenset(keys)) or []:
-                pairs, shape = _pairs(top, name, frozenset(keys)), _grouping(top)
-                if pairs is None or shape is None:
+                found = _pairs(top, name, frozenset(keys))
+                if found is None:
                     raise ValueError(f"{name} is not read linearly by {s.name}")
-                branches = [_merged(p, m, shape[0]) for p, m in pairs]
+                summed, pairs = found
+                branches = [_merged(p, m, summed) for p, m in pairs]
                 merged: exp.Expr = branches[0]
                 for b in branches[1:]:
                     merged = exp.union(merged, b, distinct=False)

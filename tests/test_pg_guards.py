@@ -17,7 +17,14 @@ from sqlglot import exp
 from idivm.examples import V_PRIME_SQL
 from idivm.postgres import PostgresMaintainer
 from idivm.postgres.changelog import lit
-from idivm.postgres.compile import Cut, Relation, _analyze, cut_unions, one_time_guards
+from idivm.postgres.compile import (
+    Cut,
+    Relation,
+    _analyze,
+    cut_unions,
+    fingerprint_source,
+    one_time_guards,
+)
 from tests.test_pg_plan_shape import load
 
 COUNTERS = {"d1": "n1", "d2": "n2"}
@@ -131,11 +138,13 @@ def test_a_scratch_relation_is_analyzed_when_its_empty_pages_inflate_the_estimat
     """A scratch relation is emptied by DELETE and never vacuumed: its pages grow run after
     run with the same rows, and the planner scales its row estimate with them (TPC-H Q21:
     a 3.7k-row i-diff planned as 22k after five runs, 60 → 1,200 ms). The ANALYZE after a
-    fill compares the rows with that estimate, not with ``reltuples`` alone."""
+    fill compares the rows with that estimate (the companion's ``stats_stale``, here in the
+    test's schema), not with ``reltuples`` alone."""
     r = Relation("scratch", "d1", "n")
-    check = _analyze(r)
+    check = _analyze(r, pg_schema)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(pgsql.SQL("SET search_path = {}").format(pgsql.Identifier(pg_schema)))
+        conn.execute(fingerprint_source(pg_schema))
         conn.execute("CREATE TABLE scratch (a int, b text) WITH (autovacuum_enabled = false)")
 
         def run(empty: str) -> int:

@@ -55,7 +55,8 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 20  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 21  # bump when the compiled code's shape changes: installed views recompile
+STATS_STALE = "stats_stale"  # the companion's check before a scratch relation's ANALYZE
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
 # 1/60 of a probe through an index; measured here it is 1/5–1/8 (TPC-H SF 1 Q12: 31k cache rows
@@ -827,7 +828,7 @@ def _branches(q_: exp.Expr) -> list[exp.Expr]:
 
 
 def _branched(item: Inlined, r: Relation, label: str, rels: Mapping[str, Relation],
-              fix: Fix = _same) -> str:
+              companion: str, fix: Fix = _same) -> str:
     """A snapshot filled one semi-join at a time, each run only if its i-diff holds rows (an
     empty i-diff's branch would still count in the planner's estimate of the whole UNION),
     without the rows an earlier branch brought."""
@@ -848,28 +849,22 @@ def _branched(item: Inlined, r: Relation, label: str, rels: Mapping[str, Relatio
         lines.append(f"IF {guard} THEN\n  {fix(ins).sql('postgres')};\n"
                      f"  GET DIAGNOSTICS idivm__n = ROW_COUNT;\n"
                      f"  {r.counter} := {r.counter} + idivm__n;\nEND IF;")
-    lines += [_analyze(r),
+    lines += [_analyze(r, companion),
               _noted("rows", label, r.counter), _seconds_noted(label)]
     return "\n".join(lines)
 
 
-def _analyze(r: Relation) -> str:
+def _analyze(r: Relation, companion: str) -> str:
     """Statistics for a filled scratch relation when its size moved by more than 4× from what
     the planner sees (or it sees more than twice its rows, and 1,000 more): plans follow the
     batch, and a run like the last one keeps the sessions' cached plans (an ANALYZE
-    invalidates them). The planner's estimate is ``reltuples`` scaled by the pages the
-    relation has now against those it had when analyzed: a scratch relation is emptied by
-    DELETE and never vacuumed, so its pages grow run by run while its rows stay alike, and
-    so would the estimate (TPC-H Q21: a 3.7k-row i-diff planned as 22k after five runs
-    turned a probe of 1.4k orders into a 156k-row read of line items, 60 → 1,200 ms; already
-    at 4×: those pages double between two ANALYZEs). Read through its name, found on the
-    function's search path (the companion schema first)."""
-    seen = (f"(SELECT CASE WHEN c.relpages > 0 THEN c.reltuples / c.relpages * "
-            f"(pg_relation_size(c.oid) / current_setting('block_size')::int) ELSE c.reltuples "
-            f"END FROM pg_class c WHERE c.oid = {lit(q(r.name))}::regclass)")
-    return (f"IF {r.counter} > 0 AND coalesce({seen} NOT BETWEEN {r.counter} / 4.0 AND "
-            f"greatest({r.counter} * 2.0, {r.counter} + 1000), true) THEN\n"
-            f"  ANALYZE {q(r.name)};\nEND IF;")
+    invalidates them). The check is the companion's ``stats_stale`` (``fingerprint_source``):
+    a call PL/pgSQL evaluates as a simple expression, where the same check written inline (a
+    query over ``pg_class`` reading the counter) was planned anew at each of a session's first
+    five runs — 0.15–0.3 ms a relation, ~5 ms of a TPC-H SF 1 Q22 refresh. Read through its
+    name, found on the function's search path (the companion schema first)."""
+    return (f"IF {r.counter} > 0 AND {q(companion)}.{STATS_STALE}({lit(q(r.name))}::regclass, "
+            f"{r.counter}) THEN\n  ANALYZE {q(r.name)};\nEND IF;")
 
 
 def _emptied(r: Relation) -> str:
@@ -997,7 +992,7 @@ def _recompute_block(plan: Plan, companion: str, tag: str, view_only: bool = Fal
         lines.append(f"""idivm__ts := clock_timestamp();
 INSERT INTO {tmp} ({cols}) {query.sql('postgres')};
 GET DIAGNOSTICS idivm__n = ROW_COUNT;
-{_analyze(r)}
+{_analyze(r, companion)}
 DELETE FROM {target} AS {q(old)} WHERE NOT EXISTS (SELECT FROM {tmp} AS {q(new)}
   WHERE {_row_text(new, m.columns)} = {_row_text(old, m.columns)});
 GET DIAGNOSTICS idivm__n = ROW_COUNT;
@@ -1327,7 +1322,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             f"{_indent(run, 2)}\n"
             f"  GET DIAGNOSTICS {r.counter} = ROW_COUNT;\n"
             f"  idivm__total := idivm__total + {r.counter};\n"
-            f"{_indent(_analyze(r), 2)}\n"
+            f"{_indent(_analyze(r, companion), 2)}\n"
             f"  {_seconds_noted('fold ' + t)}\n"
             f"END IF;\n"
             f"idivm__changes := idivm__changes || jsonb_build_object({lit(t)}, {r.counter});")
@@ -1358,7 +1353,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  else f"{s.kind} {labels.get(s.diff, s.diff)}→{s.target}")
         ctes = "".join(f"\n-- CTE {labels.get(n, n)}" for n, _ in it.ctes)
         if isinstance(s, Compute) and s.name in branched:
-            script.append(_branched(it, rels[s.name], label, rels, fix))
+            script.append(_branched(it, rels[s.name], label, rels, companion, fix))
             continue
         changes = sorted(x for x in it.reads() if x in rels and x in base_changes)
         run = _variants(it, changes, rels, fix=fix, types=types)
@@ -1367,7 +1362,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         if isinstance(s, Compute):
             r = rels[s.name]
             lines += [f"GET DIAGNOSTICS {r.counter} = ROW_COUNT;",
-                      _analyze(r), _noted("rows", r.label, r.counter)]
+                      _analyze(r, companion), _noted("rows", r.label, r.counter)]
         else:
             lines += ["GET DIAGNOSTICS idivm__n = ROW_COUNT;",
                       _noted("applied", label, "idivm__n")]
@@ -1649,7 +1644,25 @@ BEGIN
           FROM unnest(rels) AS r(rel) LEFT JOIN pg_class c ON c.oid = to_regclass(r.rel));
 END
 $idivm$"""
-    return f"{fingerprint};\n{has_key};\n{consumed};\n{rows};\n{first_image_source(companion)}"
+    # whether a filled scratch relation's statistics moved 4× off its ``n`` rows (``_analyze``).
+    # The planner's estimate is ``reltuples`` scaled by the pages the relation has now against
+    # those it had when analyzed: a scratch relation is emptied by DELETE and never vacuumed,
+    # so its pages grow run by run while its rows stay alike, and so would the estimate (TPC-H
+    # Q21: a 3.7k-row i-diff planned as 22k after five runs turned a probe of 1.4k orders into
+    # a 156k-row read of line items, 60 → 1,200 ms; already at 4×: those pages double between
+    # two ANALYZEs)
+    stale = f"""CREATE OR REPLACE FUNCTION {comp}.{STATS_STALE}(rel regclass, n bigint)
+RETURNS boolean LANGUAGE plpgsql STABLE AS $idivm$
+BEGIN
+  RETURN coalesce((SELECT CASE WHEN c.relpages > 0 THEN c.reltuples / c.relpages *
+                                    (pg_relation_size(c.oid) / current_setting('block_size')::int)
+                               ELSE c.reltuples END
+                     FROM pg_class c WHERE c.oid = rel)
+                  NOT BETWEEN n / 4.0 AND greatest(n * 2.0, n + 1000), true);
+END
+$idivm$"""
+    return (f"{fingerprint};\n{has_key};\n{consumed};\n{rows};\n{stale};\n"
+            f"{first_image_source(companion)}")
 
 
 def history_source(companion: str) -> str:

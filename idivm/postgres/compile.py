@@ -55,7 +55,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 21  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 22  # bump when the compiled code's shape changes: installed views recompile
 STATS_STALE = "stats_stale"  # the companion's check before a scratch relation's ANALYZE
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
@@ -1644,21 +1644,36 @@ BEGIN
           FROM unnest(rels) AS r(rel) LEFT JOIN pg_class c ON c.oid = to_regclass(r.rel));
 END
 $idivm$"""
-    # whether a filled scratch relation's statistics moved 4× off its ``n`` rows (``_analyze``).
-    # The planner's estimate is ``reltuples`` scaled by the pages the relation has now against
-    # those it had when analyzed: a scratch relation is emptied by DELETE and never vacuumed,
-    # so its pages grow run by run while its rows stay alike, and so would the estimate (TPC-H
-    # Q21: a 3.7k-row i-diff planned as 22k after five runs turned a probe of 1.4k orders into
-    # a 156k-row read of line items, 60 → 1,200 ms; already at 4×: those pages double between
-    # two ANALYZEs)
+    # whether the planner's row estimate for a filled scratch relation is 4× under or 2× over
+    # its ``n`` rows (``_analyze``). Once analyzed with rows, that estimate is ``reltuples``
+    # scaled by the pages the relation has now against those it had then: a scratch relation
+    # is emptied by DELETE and never vacuumed, so its pages grow run by run while its rows stay
+    # alike, and so would the estimate (TPC-H Q21: a 3.7k-row i-diff planned as 22k after five
+    # runs turned a probe of 1.4k orders into a 156k-row read of line items, 60 → 1,200 ms;
+    # already at 4×: those pages double between two ANALYZEs). Before (analyzed empty at
+    # create, or truncated), the planner estimates its rows from its pages and its columns'
+    # widths: asked here with an EXPLAIN rather than taken as the 0 rows ``reltuples`` says,
+    # which had every scratch relation analyzed at a view's first run — and each ANALYZE
+    # re-plans every cached statement reading the relation at the session's next run (its
+    # invalidation comes back through the shared queue at the next transaction; TPC-H SF 1
+    # Q22: 17 ANALYZEs, 7–15 ms, in its first run, then ~100 statements re-planned, 10–14 ms,
+    # in its second)
     stale = f"""CREATE OR REPLACE FUNCTION {comp}.{STATS_STALE}(rel regclass, n bigint)
-RETURNS boolean LANGUAGE plpgsql STABLE AS $idivm$
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $idivm$
+DECLARE
+  pages integer;
+  tuples real;
+  seen float8;
+  plan json;
 BEGIN
-  RETURN coalesce((SELECT CASE WHEN c.relpages > 0 THEN c.reltuples / c.relpages *
-                                    (pg_relation_size(c.oid) / current_setting('block_size')::int)
-                               ELSE c.reltuples END
-                     FROM pg_class c WHERE c.oid = rel)
-                  NOT BETWEEN n / 4.0 AND greatest(n * 2.0, n + 1000), true);
+  SELECT c.relpages, c.reltuples INTO pages, tuples FROM pg_class c WHERE c.oid = rel;
+  IF pages > 0 AND tuples >= 0 THEN
+    seen := tuples / pages * (pg_relation_size(rel) / current_setting('block_size')::int);
+  ELSE
+    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT FROM %s', rel) INTO plan;
+    seen := (plan -> 0 -> 'Plan' ->> 'Plan Rows')::float8;
+  END IF;
+  RETURN coalesce(seen NOT BETWEEN n / 4.0 AND greatest(n * 2.0, n + 1000), true);
 END
 $idivm$"""
     return (f"{fingerprint};\n{has_key};\n{consumed};\n{rows};\n{stale};\n"

@@ -1602,8 +1602,10 @@ def has_key_sql(rel: str, keys: str) -> str:
 
 
 def fingerprint_source(companion: str) -> str:
-    """The companion schema's catalog fingerprint of a table and its key check (what
-    maintenance checks)."""
+    """The companion schema's helpers the compiled maintenance calls: a table's catalog
+    fingerprint and key check (what maintenance checks), the watermark a run consumed to
+    (``consumed``), tables' planner row counts (``relation_rows``), the scratch relations'
+    statistics check (``stats_stale``) and the fold's ``first_image`` aggregate."""
     comp = q(companion)
     fingerprint = (f"CREATE OR REPLACE FUNCTION {comp}.table_fingerprint(rel text, cols text[])\n"
                    f"RETURNS text LANGUAGE sql STABLE AS $idivm$\n  SELECT "

@@ -474,18 +474,20 @@ def propagate_all(ctx: RuleContext, node: A.Node, inputs: list[tuple[int, DiffNo
     upd_where = exp.and_(existed, changed) if node.is_global else exp.and_(existed, alive, changed)
     out.append(ctx.emit("upd", nid, keys, select(
         [(k, c(k, "s")) for k in state.schema.columns(node.columns)], ctx.rel(state, "s"),
-        upd_where), "γ: Δu for groups that stay (σ_isupd)", [state], nonkey, nonkey))
+        upd_where), "γ: Δu for groups that stay (σ_isupd)", [state], nonkey, nonkey,
+        exact=True))
     if not node.is_global:
         born = exp.and_(exp.Is(this=c(pre_name(A.COUNT), "s"), expression=exp.null()), alive)
         out.append(ctx.emit("ins", nid, keys, select(
             [(k, c(k, "s") if k in keys else c(post_name(k), "s")) for k in node.columns],
-            ctx.rel(state, "s"), born), "γ: Δ+ for groups created (count(*) from 0)", [state]))
+            ctx.rel(state, "s"), born), "γ: Δ+ for groups created (count(*) from 0)", [state],
+            exact=True))
         died = exp.and_(existed.copy(), exp.Not(this=alive.copy()))
         out.append(ctx.emit("del", nid, keys, select(
             [(k, c(k, "s")) for k in keys] + [(pre_name(k), c(pre_name(k), "s"))
                                               for k in nonkey],
             ctx.rel(state, "s"), died), "γ: Δ- for groups emptied (count(*) to 0)", [state],
-            nonkey))
+            nonkey, exact=True))
     return out
 
 

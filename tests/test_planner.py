@@ -279,6 +279,24 @@ def test_table9_sums_an_update_straight_from_its_idiff() -> None:
     assert len(reads(old[0])) == len(every.dag.by_node[cache.nid])  # the cache and the rest
 
 
+def test_a_cache_of_a_groupings_output_takes_its_snapshots_from_the_exact_idiffs() -> None:
+    """γ's per-group Δ+, Δ-, Δu read Output: each names a group that is there (Δ-, Δu, with
+    all of its values before) or is not (Δ+), so the snapshots of the cache of γ's output
+    are those i-diffs' pre- and post-images — the cache is not read for them (a grouping of
+    counts per user, counted again per count: TPC-H Q13's shape)."""
+    from idivm.script import Compute, reads
+
+    p = idivm.plan("SELECT n, count(*) AS users FROM (SELECT uid, count(*) AS n FROM microblog "
+                   "GROUP BY uid) AS c GROUP BY n", SOCIAL, name="h")
+    (cache,) = [m for m in p.materialized if m.role == "cache: output of γ"]
+    snaps = {s.name: s for s in p.statements if isinstance(s, Compute) and s.phase == "snapshot"}
+    assert set(snaps) == {f"{cache.name}__old", f"{cache.name}__new"}
+    diffs = {d.name for d in p.dag.by_node[cache.nid]}
+    assert all(d.exact for d in p.dag.by_node[cache.nid])
+    for s in snaps.values():
+        assert cache.name not in reads(s) and set(reads(s)) <= diffs
+
+
 def test_table9_leaves_group_and_min_max_attributes_to_the_snapshots() -> None:
     """An update of a group attribute or of a MIN/MAX argument moves rows between groups or
     needs the group recomputed: those Δu keep the snapshots."""

@@ -96,6 +96,10 @@ class DiffNode:
     rule: str
     inputs: tuple[str, ...]
     source: str  # the base-table i-diff schema it descends from
+    # exact: each row names a row of the operator's Output by all of its IDs, once — a Δ-/Δu
+    # one that is there (its pre-values that row's), a Δ+ one that is not — as γ's per-group
+    # i-diffs do (they read Output); pass 3 then takes its cache's snapshots from the i-diffs
+    exact: bool = False
 
 
 @dataclass(frozen=True)

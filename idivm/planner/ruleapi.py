@@ -257,12 +257,14 @@ class RuleContext:
         return self.infos[nid]
 
     def emit(self, kind: Kind, nid: int, ids: Sequence[str], query: exp.Select, rule: str,
-             inputs: Sequence[DiffNode], pre: Sequence[str] = (), post: Sequence[str] = ()
-             ) -> DiffNode:
+             inputs: Sequence[DiffNode], pre: Sequence[str] = (), post: Sequence[str] = (),
+             exact: bool = False) -> DiffNode:
+        """A new i-diff of operator ``nid``; ``exact``: see ``DiffNode.exact``."""
         self._n += 1
         schema = DiffSchema(kind, nid, tuple(ids), tuple(pre), tuple(post))
         source = inputs[0].source if inputs else ""
-        d = DiffNode(f"d{self._n}", schema, query, rule, tuple(i.name for i in inputs), source)
+        d = DiffNode(f"d{self._n}", schema, query, rule, tuple(i.name for i in inputs), source,
+                     exact)
         self.diffs[d.name] = d
         return d
 

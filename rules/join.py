@@ -34,9 +34,10 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
     li, ri = infos
     equiv = merge_equiv(li.equiv + ri.equiv, A.equalities(node.predicate))
     fds = li.fds + ri.fds
-    # many-to-one when one side's columns determine the other side's key (FK-style joins)
-    l_det = ri.ids and set(ri.ids) <= closure(node.left.columns, fds, equiv)
-    r_det = li.ids and set(li.ids) <= closure(node.right.columns, fds, equiv)
+    # many-to-one when one side's columns determine the other side's key (FK-style joins), or
+    # the other side has at most one row (a scalar subquery's γ: each row meets that one)
+    l_det = ri.ids and (ri.one_row or set(ri.ids) <= closure(node.left.columns, fds, equiv))
+    r_det = li.ids and (li.one_row or set(li.ids) <= closure(node.right.columns, fds, equiv))
     many_to_many = not (l_det or r_det)
     return node, combined(li, ri, equiv, {**li.nullable, **ri.nullable},
                           li.multivalued or ri.multivalued or bool(many_to_many),

@@ -195,6 +195,22 @@ def test_a_changed_uncorrelated_scalar_changes_only_the_rows_whose_predicate_fli
     assert not any("avg" in col for col in p.store.columns)
 
 
+def test_a_join_with_a_one_row_side_keeps_the_aggregates_input_cache() -> None:
+    """Each row meets the one row of a scalar subquery's γ at most once: that ⋈ is
+    many-to-one, not many-to-many, so a γ above it keeps its input cache — a change names
+    its rows there by their IDs instead of re-deriving them (TPC-H Q22: the customers with
+    no orders above the average balance, counted per country code)."""
+    from idivm.planner.ids import infer_ids
+
+    sql = ("SELECT city, count(*) AS n FROM users WHERE tweetsnum > "
+           "(SELECT avg(tweetsnum) FROM users) GROUP BY city")
+    root, infos = infer_ids(parse_view(sql, SOCIAL).root, SOCIAL)
+    (join,) = [n for n in A.walk(root) if isinstance(n, A.Join)]
+    assert not infos[join.nid].multivalued
+    roles = {m.role for m in idivm.plan(sql, SOCIAL, name="s").materialized}
+    assert "cache: input of γ" in roles
+
+
 def test_any_all_become_semi_and_antijoins() -> None:
     p = idivm.plan("SELECT c.name FROM customers c WHERE c.custkey >= ALL "
                    "(SELECT o.qty FROM orders o WHERE o.custkey = c.custkey) "

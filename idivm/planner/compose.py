@@ -48,6 +48,9 @@ class Materialized:
     nullable: frozenset[str]
     columns: tuple[str, ...]
     lookups: tuple[tuple[str, ...], ...] = ()  # further columns the rules find rows by
+    # IDs with one value in every row (a global γ's ``__g`` a ⋈ with its one row keeps): rows
+    # are found by the other IDs (``_probed``)
+    constant: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,7 @@ def decide_caches(root: A.Node, infos: Mapping[int, NodeInfo], view: str,
                 n.nid, store_name(view) if n is root else cache_name(view, n.nid),
                 "view" if n is root else chosen[n.nid], info.ids,
                 frozenset(k for k in info.ids if info.nullable.get(k, True)), n.columns,
-                lookups.get(n.nid, ())))
+                lookups.get(n.nid, ()), info.constant))
     return out, via_root
 
 
@@ -191,16 +194,18 @@ def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
 
 
 def touches(m_cols: tuple[str, ...], diffs: tuple[DiffNode, ...], alias: str,
-            nullable: frozenset[str], key: tuple[str, ...]) -> exp.Expr:
-    """The rows of a relation named by any of the i-diffs (by their IDs): one semi-join per
-    set of IDs, on the union of the IDs of the i-diffs naming rows by that set (an engine
-    drives it from the small union through the IDs' index; an OR of semi-joins, one per
-    i-diff, makes it scan the relation)."""
+            nullable: frozenset[str], key: tuple[str, ...],
+            constant: frozenset[str] = frozenset()) -> exp.Expr:
+    """The rows of a relation named by any of the i-diffs (by their IDs, but ``constant``
+    ones: ``_probed``): one semi-join per set of IDs, on the union of the IDs of the i-diffs
+    naming rows by that set (an engine drives it from the small union through the IDs'
+    index; an OR of semi-joins, one per i-diff, makes it scan the relation)."""
     by_ids: dict[tuple[str, ...], list[DiffNode]] = {}
     for d in diffs:
         by_ids.setdefault(key if d.schema.kind == "ins" else d.schema.ids, []).append(d)
     parts: list[exp.Expr] = []
-    for ids, ds in by_ids.items():
+    for all_ids, ds in by_ids.items():
+        ids = _probed(all_ids, constant)
         named = union_all([select([(k, c(k, "z")) for k in ids], t(d.name, "z")) for d in ds])
         src = subquery(named, "z") if len(ds) > 1 else t(ds[0].name, "z")
         parts.append(exists(src, match([(k, k) for k in ids], alias, "z",
@@ -215,7 +220,7 @@ def touches(m_cols: tuple[str, ...], diffs: tuple[DiffNode, ...], alias: str,
 
 def _snapshot(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select:
     return select([(k, c(k, "x")) for k in m.columns], t(m.name, "x"),
-                  touches(m.columns, diffs, "x", m.nullable, m.key))
+                  touches(m.columns, diffs, "x", m.nullable, m.key, m.constant))
 
 
 def _images_of_exact(m: Materialized, diffs: tuple[DiffNode, ...]
@@ -270,7 +275,7 @@ def _post_of_touched(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select
             i += 1
             cur, x = subquery(q, f"x{i}"), f"x{i}"
             nulls = {k: True for k in a.nullable}
-            pairs = [(k, k) for k in a.ids]
+            pairs = [(k, k) for k in _probed(a.ids, m.constant)]
             if kind == "del":
                 q = select([(k, c(k, x)) for k in cols], cur,
                            exp.Not(this=exists(t(d.name, "z"), match(pairs, x, "z", nulls))))
@@ -302,11 +307,11 @@ def _apply(m: Materialized, d: DiffNode) -> Apply:
                  f"APPLY {s.describe()} to {m.name} ({m.role})")
 
 
-def _probed(ids: tuple[str, ...], info: NodeInfo) -> tuple[str, ...]:
+def _probed(ids: tuple[str, ...], constant: frozenset[str]) -> tuple[str, ...]:
     """The IDs a probe for rows named by ``ids`` matches on: all but the constant ones (every
     row has their one value, and so has every row naming one), which only mislead a planner's
     estimates (a global γ's ``__g`` joined to its one row: estimated as a filter)."""
-    return tuple(k for k in ids if k not in info.constant) or ids
+    return tuple(k for k in ids if k not in constant) or ids
 
 
 def _row_wise_scan(node: A.Node) -> A.Scan | None:
@@ -420,7 +425,8 @@ class Resolver:
             raise AssertionError(f"Input_pre of {m.name}, whose i-diffs are read straight")
         kept = select([(k, c(k, "x")) for k in m.columns], t(m.name, "x"),
                       exp.Not(this=exists(t(f"{m.name}__new", "n"),
-                                          match([(k, k) for k in m.key], "x", "n",
+                                          match([(k, k) for k in _probed(m.key, m.constant)],
+                                                "x", "n",
                                                 {k: True for k in m.nullable}))))
         old = select([(k, c(k, "o")) for k in m.columns], t(f"{m.name}__old", "o"))
         return union_all([kept, old])
@@ -461,7 +467,7 @@ class Resolver:
                                   []).append(d)
         parts = []
         for all_ids, ds in by_ids.items():
-            ids = _probed(all_ids, info)
+            ids = _probed(all_ids, info.constant)
             named = union_all([select([(k, c(k, "z")) for k in ids], t(d.name, "z"))
                                for d in ds])
             probe = exists(subquery(named.copy(), "z"), match([(k, k) for k in ids], "s", "z",
@@ -483,7 +489,7 @@ class Resolver:
         node = self.nodes[nid]
         d = self.dag.diffs[diff]
         info = self.infos[nid]
-        ids = _probed(info.ids if d.schema.kind == "ins" else d.schema.ids, info)
+        ids = _probed(info.ids if d.schema.kind == "ins" else d.schema.ids, info.constant)
         named = select([(k, c(k, "z")) for k in ids], t(diff, "z"))
         src = subquery(self.state(nid, which, applied, (named, ids)), "s")
         nullable = {k: True for k in ids if info.nullable.get(k, True)}

@@ -19,6 +19,7 @@ from sqlglot import exp
 from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.instantiate import RuleDag
+from idivm.planner.minimize import c1_insert, c3_full_update, pre_images
 from idivm.planner.model import DiffNode, NodeInfo, change_table, fit, post_name, pre_name
 from idivm.planner.ruleapi import (
     c,
@@ -136,6 +137,7 @@ def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
     """``selective``: the σ over a scan to store as caches (``planner/selective.py``)."""
     mats, via_root = decide_caches(root, infos, view, selective)
     by_nid = {m.nid: m for m in mats}
+    nodes = {n.nid: n for n in A.walk(root)}
     segment: dict[int, int] = {}  # operator → the materialized operator its i-diffs feed
 
     def assign(n: A.Node, target: int) -> None:
@@ -165,7 +167,8 @@ def compose(root: A.Node, infos: Mapping[int, NodeInfo], dag: RuleDag, view: str
         rest = tuple(d for d in target_diffs if d.name not in direct)
         # a cache all of whose i-diffs the rule above reads straight has no snapshots
         snapshots = m.role != "view" and (bool(rest) or not direct)
-        images = _images_of_exact(m, rest) if snapshots and not direct else None
+        images = _images_of_exact(nodes[m.nid], m, rest) if snapshots and not direct \
+            else None
         if images is not None:
             emit(Compute(f"{m.name}__old", images[0],
                          f"snapshot: rows of {m.name} its i-diffs touch (Input_pre), their "
@@ -223,38 +226,30 @@ def _snapshot(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select:
                   touches(m.columns, diffs, "x", m.nullable, m.key, m.constant))
 
 
-def _images_of_exact(m: Materialized, diffs: tuple[DiffNode, ...]
+def _images_of_exact(node: A.Node, m: Materialized, diffs: tuple[DiffNode, ...]
                      ) -> tuple[exp.Expr, exp.Expr] | None:
     """A cache's two snapshots from its i-diffs alone, when every one is exact
-    (``DiffNode.exact``: γ's per-group Δ+, Δ-, Δu, which read Output) and names rows by the
-    cache's key with every other column's pre-values (Δ-, Δu) and post-values (Δu): before,
-    the pre-images of the Δ- and Δu rows (a Δ+ names no row that was there); after, the Δu
-    post-images and the Δ+ rows. The pre-images rewrite and C3 of pass 4, on the snapshots:
-    the cache is not read for them (TPC-H Q13: 3.2k groups, two probes of the cache each), and
-    the after-snapshot replays no APPLY. None when any i-diff is not such."""
-    nonkey = {k for k in m.columns if k not in m.key}
-    if not diffs:
+    (``DiffNode.exact``: γ's per-group Δ+, Δ-, Δu, which read Output) and carries every
+    column of the cache: before, the pre-images of the Δ- and Δu rows (a Δ+ names no row
+    that was there); after, the Δu post-images and the Δ+ rows — pass 4's pre-images rewrite,
+    C3 and C1 (``minimize.FETCH_REWRITES``) on the snapshots, which exactness makes hold for
+    the union of the i-diffs: the cache is not read for them (TPC-H Q13: 3.2k groups, two
+    probes of the cache each), and the after-snapshot replays no APPLY. None when any i-diff
+    is not such."""
+    if not diffs or not all(d.exact for d in diffs):
         return None
-    for d in diffs:
-        s = d.schema
-        if not d.exact or (s.kind != "ins" and (set(s.ids) != set(m.key)
-                                                or not nonkey <= set(s.pre))):
-            return None
-        if s.kind == "upd" and not nonkey <= set(s.post):
-            return None
+    before = [pre_images("pre", node, d) for d in diffs if d.schema.kind != "ins"]
+    after = [(c3_full_update if d.schema.kind == "upd" else c1_insert)("post", node, d)
+             for d in diffs if d.schema.kind != "del"]
+    parts = [*before, *after]
+    if any(p is None for p in parts):
+        return None
 
-    def image(d: DiffNode, name: Callable[[str], str]) -> exp.Select:
-        if d.schema.kind == "ins":
-            return select([(k, c(k, "z")) for k in m.columns], t(d.name, "z"))
-        return select([(k, c(k if k in m.key else name(k), "z")) for k in m.columns],
-                      t(d.name, "z"))
-
-    def rows(parts: list[exp.Select]) -> exp.Expr:
-        return union_all(parts) if parts else select(
+    def rows(qs: list[exp.Expr | None]) -> exp.Expr:
+        return union_all([q for q in qs if isinstance(q, exp.Select)]) if qs else select(
             [(k, c(k, "z")) for k in m.columns], t(m.name, "z"), exp.false())
 
-    return (rows([image(d, pre_name) for d in diffs if d.schema.kind != "ins"]),
-            rows([image(d, post_name) for d in diffs if d.schema.kind != "del"]))
+    return rows(before), rows(after)
 
 
 def _post_of_touched(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select:

@@ -299,6 +299,7 @@ def test_cancel_at_each_point_of_a_maintain(env: Env, point: str, how: str) -> N
     w = env.conn()
     w.execute(PAPER)
     m = env.maintainer()
+    m.conn.execute("SET idivm.prune_xids = 0")  # its prune is due (it would wait otherwise)
     env.create(m, "v", V_SQL)
     env.create(m, "agg", V_AGG_SQL)
     m.maintain("v")
@@ -357,6 +358,7 @@ def test_interrupted_after_the_commit_reports_it_committed(env: Env) -> None:
     w = env.conn()
     w.execute(PAPER)
     m = env.maintainer()
+    m.conn.execute("SET idivm.prune_xids = 0")  # every prune due
     env.create(m, "v", V_SQL)
     mon = env.conn()
     mon.execute("CREATE SEQUENCE fired")

@@ -42,6 +42,10 @@ from idivm.planner.prune import prune_empty
 from idivm.postgres.changelog import (
     HAS_POST,
     HAS_PRE,
+    PRUNE_ROWS,
+    PRUNE_ROWS_SETTING,
+    PRUNE_XIDS,
+    PRUNE_XIDS_SETTING,
     XID,
     dollar_quote,
     first_image_source,
@@ -50,12 +54,14 @@ from idivm.postgres.changelog import (
     log_images,
     log_ref,
     pending_predicate,
+    prune_due,
     prune_statement,
+    prune_threshold,
     q,
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 22  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 23  # bump when the compiled code's shape changes: installed views recompile
 STATS_STALE = "stats_stale"  # the companion's check before a scratch relation's ANALYZE
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
@@ -1505,14 +1511,23 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
               f"SET random_page_cost = {RANDOM_PAGE_COST} AS ")
     comment = (f"COMMENT ON FUNCTION {q(companion)}.{q(function)}(jsonb) IS "
                f"{lit(f'idivm: compiled Δ-script of view {schema}.{name} ({refresh})')}")
-    # the logs this run consumed rows of (its ``log_rows``; NULL: every log). A log it read
-    # nothing of holds no row its new watermark frees but those an earlier run had consumed
-    # and the xmin bound kept (transactions running then): the next run that consumes rows
-    # of that table prunes them; each skipped log saves a call (0.3–1 ms)
-    prune_src = "BEGIN\n" + "\n".join(
-        f"  IF {PRUNE_ARG} IS NULL OR coalesce(({PRUNE_ARG} ->> {lit(t)})::bigint, 1) > 0 "
-        f"THEN\n    PERFORM {prune_statement(schema, t).removeprefix('SELECT ')};\n  END IF;"
-        for t in base) + "\nEND"
+    # the logs this run consumed rows of (its ``log_rows``; NULL: every log, now). A log it
+    # read nothing of holds no row its new watermark frees but those an earlier run had
+    # consumed and the xmin bound kept (transactions running then): the next run that
+    # consumes rows of that table prunes them; each skipped log saves a call (0.3–1 ms). Of
+    # the others, those whose prune is due (``changelog.prune_due``)
+    def consumed(t: str) -> str:
+        return f"coalesce(({PRUNE_ARG} ->> {lit(t)})::bigint, 1)"
+
+    prune_src = (
+        "DECLARE\n"
+        f"  idivm__rows bigint := {prune_threshold(PRUNE_ROWS_SETTING, PRUNE_ROWS)};\n"
+        f"  idivm__xids bigint := {prune_threshold(PRUNE_XIDS_SETTING, PRUNE_XIDS)};\n"
+        "BEGIN\n" + "\n".join(
+            f"  IF {PRUNE_ARG} IS NULL OR ({consumed(t)} > 0 AND "
+            f"{prune_due(schema, t, consumed(t), 'idivm__rows', 'idivm__xids')}) THEN\n"
+            f"    PERFORM {prune_statement(schema, t).removeprefix('SELECT ')};\n  END IF;"
+            for t in base) + "\nEND")
     prune = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(prune_function)}("
              f"{PRUNE_ARG} jsonb DEFAULT NULL) RETURNS void "
              f"LANGUAGE plpgsql AS {dollar_quote(prune_src)}")

@@ -1056,10 +1056,11 @@ def visible(plan: Plan) -> dict[str, exp.Expr]:
 class FoldFilter:
     """A table's fold filter (``fold_visible``) in two forms where it has semijoins of stored
     σ: ``hashed`` reads every key of the stored relations (a hash join: for a log that is not
-    small against them); ``probe`` finds each log row's value through the stored relation's
-    key index and among S's changed keys, an array ``arrays`` fill first (PL/pgSQL variable,
-    its type, the query) — for a log small against them, whose refresh then costs in
-    proportion to its rows, not to the stored relations' (None: a key of several columns).
+    small against them); ``probe`` looks each distinct value of the log's pending rows up in
+    the stored relation's key index, and hashes those found with S's changed keys, an array
+    ``arrays`` fill first (PL/pgSQL variable, its type, the query) — for a log small against
+    them, whose refresh then costs in proportion to its rows, not to the stored relations'
+    (None: a key of several columns).
     ``stored``: the stored relations read (their ``pg_class`` names)."""
 
     hashed: exp.Expr
@@ -1074,9 +1075,9 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
     """``visible`` with the semijoins of the stored σ over a scan that joins read by their
     whole key (``planner.log_filter.fold_filters``), for the fold: a ``KeysOf`` is ``(c…) IN
     (the stored relation's keys UNION ALL the keys of S's log rows pending since ``prev``
-    that meet φ)`` (``FoldFilter.hashed``), or ``EXISTS (the stored row of key c) OR c =
-    ANY(S's changed keys)`` (``FoldFilter.probe``; ``key_types``: the server types of S's
-    columns, for the array)."""
+    that meet φ)`` (``FoldFilter.hashed``), or ``c IN (the distinct c of the pending log rows
+    with a stored row of key c UNION ALL S's changed keys)`` (``FoldFilter.probe``;
+    ``key_types``: the server types of S's columns, for the array)."""
     if plan.strategy == "recompute":
         return {}
     nodes = {n.nid: n for n in A.walk(plan.root)}
@@ -1119,16 +1120,39 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
         return (f"idivm__ks{node.nid}", f"{key_types[scan.table][scan.base_of(key)]}[]",
                 changed)
 
-    def probe(node: exp.Expr) -> exp.Expr:
-        if not isinstance(node, KeysOf):
-            return node
-        held, _, _ = parts(node)
-        key, col = stored[node.nid].key[0], node.expressions[0]
-        # (OFFSET 0: a subplan per row, never hashed — the point is not reading every key)
-        here = held.where(exp.EQ(this=exp.column(key, table="s", quoted=True),
-                                 expression=col.copy())).offset(0)
-        return exp.or_(exp.Exists(this=here), exp.EQ(
-            this=col.copy(), expression=exp.Any(this=exp.paren(exp.column(array(node)[0])))))
+    def probe(t: str) -> Callable[[exp.Expr], exp.Expr]:
+        """The probing form of ``t``'s fold filter: the distinct values of the column among
+        t's pending log rows, each looked up once in the stored relation's key index (a
+        subplan per value, never a hash of every stored key), hashed for the log rows to
+        find theirs in (TPC-H SF 1 Q4, 11.7k line-item log rows of ~4.8k orders: a lookup
+        per log row, 11.0–11.2 ms a fold, → 9.2)."""
+        def rw(node: exp.Expr) -> exp.Expr:
+            if not isinstance(node, KeysOf):
+                return node
+            held, _, _ = parts(node)
+            key, col = stored[node.nid].key[0], node.expressions[0]
+            assert isinstance(col, exp.Column)
+            bare = exp.column(col.name, quoted=True)
+            log = log_ref(schema, t)
+            log.set("alias", exp.TableAlias(this=exp.to_identifier("h")))
+            values = (exp.select(exp.alias_(bare.copy(), "k", quoted=True)).distinct()
+                      .from_(log).where(pending_predicate(prev)))
+            # (OFFSET 0: a subplan per value, never hashed — the point is not reading every
+            # stored key)
+            here = held.where(exp.EQ(this=exp.column(key, table="s", quoted=True),
+                                     expression=exp.column("k", table="d", quoted=True))
+                              ).offset(0)
+            found = (exp.select(exp.column("k", table="d", quoted=True))
+                     .from_(exp.Subquery(this=values, alias=exp.TableAlias(
+                         this=exp.to_identifier("d"))))
+                     .where(exp.Exists(this=here)))
+            # and S's changed keys (the array the function filled), in the same hashed set: a
+            # = ANY(array) is a scan of the array per log row once PL/pgSQL has cached the
+            # plan with the array as a parameter (TPC-H SF 1 Q4's ~350 keys: 9 → 17 ms)
+            listed = exp.select(exp.Unnest(expressions=[exp.column(array(node)[0])]))
+            return exp.In(this=col.copy(), query=exp.Subquery(
+                this=exp.union(found, listed, distinct=False)))
+        return rw
 
     out: dict[str, FoldFilter] = {}
     for t, f in found.items():
@@ -1141,7 +1165,7 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
         probing = key_types is not None and all(len(n.expressions) == 1
                                                 for n in semis.values())
         out[t] = FoldFilter(
-            f.transform(hashed), f.transform(probe) if probing else None,
+            f.transform(hashed), f.transform(probe(t)) if probing else None,
             tuple(array(semis[n]) for n in sorted(semis)) if probing else (),
             tuple(q(companion) + "." + q(stored[n].name) for n in sorted(semis)))
     return out

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from idivm import Catalog, plan
+from idivm import algebra as A
 from idivm.planner.log_filter import fold_filters, log_filters
 from idivm.planner.selective import SELECTIVE_FRACTION, Candidate, Recorded, candidates
 from idivm.postgres import PostgresMaintainer
@@ -89,6 +90,29 @@ def test_statistics_choose_and_copies_follow() -> None:
     # not selective enough: not cached
     loose = plan(BRAND, _cat(), name="v", statistics=Recorded(frozenset({"other"})))
     assert "cache: selective input" not in _roles(loose)
+
+
+# TPC-H Q19's shape: the join's condition a disjunction over both tables
+ORED = ("SELECT sum(l.price) AS total FROM line l JOIN part p ON p.pk = l.pk "
+        "WHERE (p.brand = 'B3' AND p.size < 5 AND l.qty < 4) "
+        "OR (p.brand = 'B7' AND p.size > 40 AND l.qty > 9)")
+
+
+def test_a_disjunctive_join_condition_filters_each_side_by_its_part() -> None:
+    """``rewrite.implied_filter_below_join``: each side of the join gets a σ of the part of
+    the condition on its columns alone (kept in the join too), so the dimension's is a
+    candidate, cached where selective; the log filter names each conjunct once. (Over
+    PostgreSQL, with its statistics: ``test_pg_differential[or]``.)"""
+    p = plan(ORED, _cat(), name="v")
+    sel = {n.child.table: n.predicate.sql("postgres") for n in A.walk(p.root)
+           if isinstance(n, A.Select) and isinstance(n.child, A.Scan)}
+    assert sel["part"].count("'B3'") == 1 and "qty" not in sel["part"], sel
+    assert "brand" not in sel["line"] and sel["line"].count("qty") == 2, sel
+    (c,) = candidates(p.root, p.infos)
+    assert c.table == "part"
+    cached = plan(ORED, _cat(), name="v", statistics=Every())
+    assert "cache: selective input" in _roles(cached)
+    assert log_filters(p.root)["part"].sql("postgres").count("'B3'") == 1
 
 
 def test_semi_join_right_side() -> None:
@@ -194,7 +218,7 @@ def test_pg_statistics(db: Any) -> None:
     assert stats.selectivity(Candidate(0, "no_such_table", c.predicate)) is None
 
 
-@pytest.mark.parametrize("sql", [BRAND, JOINED, SEMI], ids=["q17", "join", "semi"])
+@pytest.mark.parametrize("sql", [BRAND, JOINED, SEMI, ORED], ids=["q17", "join", "semi", "or"])
 def test_pg_differential(db: Any, sql: str) -> None:
     m, conn, schema = db
     made = {st: m.create_view(f"v_{st}", sql, strategy=st) for st in ("id", "auto")}

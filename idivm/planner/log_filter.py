@@ -144,7 +144,10 @@ def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], ro
 
     if isinstance(node, A.Scan):
         cols = frozenset(node.cols)
-        parts = [p for p in (implied(c, cols, safe) for c in conds) if p is not None]
+        # (each conjunct once: a σ the rewrites derived from a join's condition repeats what
+        # the condition implies)
+        parts = list({c.sql(): c for p in (implied(c, cols, safe) for c in conds)
+                      if p is not None for c in A.conjuncts(p)}.values())
         yield node, exp.and_(*parts) if parts else None
     elif isinstance(node, A.Select):
         yield from down(node.child, (*conds, node.predicate))

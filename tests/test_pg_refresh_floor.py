@@ -42,13 +42,18 @@ def _all_pruned(conn: psycopg.Connection[Any], schema: str, *tables: str) -> boo
     return True
 
 
+def _tables(conn: psycopg.Connection[Any], schema: str, rows: int) -> None:
+    """Tables a and b of ``rows`` rows each in ``schema`` (the connection's search path)."""
+    conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+    conn.execute("CREATE TABLE a (id int PRIMARY KEY, v int)")
+    conn.execute("CREATE TABLE b (id int PRIMARY KEY, w int)")
+    conn.execute("INSERT INTO a SELECT g, g FROM generate_series(1, %s) g", (rows,))
+    conn.execute("INSERT INTO b SELECT g, 10 * g FROM generate_series(1, %s) g", (rows,))
+
+
 def test_a_maintain_prunes_only_the_logs_it_consumed(pg_dsn: str, pg_schema: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
-        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v int)")
-        conn.execute("CREATE TABLE b (id int PRIMARY KEY, w int)")
-        conn.execute("INSERT INTO a SELECT g, g FROM generate_series(1, 20) g")
-        conn.execute("INSERT INTO b SELECT g, 10 * g FROM generate_series(1, 20) g")
+        _tables(conn, pg_schema, 20)
         with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
             m.conn.execute("SET idivm.prune_xids = 0")  # every prune due
             m.create_view("v", VIEW)
@@ -103,11 +108,7 @@ def test_a_prune_waits_until_it_pays(pg_dsn: str, pg_schema: str) -> None:
     ``idivm.prune_rows`` rows, or ``idivm.prune_xids`` transactions began since the last prune
     — takes every waiting row with its own."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
-        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v int)")
-        conn.execute("CREATE TABLE b (id int PRIMARY KEY, w int)")
-        conn.execute("INSERT INTO a SELECT g, g FROM generate_series(1, 40) g")
-        conn.execute("INSERT INTO b SELECT g, 10 * g FROM generate_series(1, 40) g")
+        _tables(conn, pg_schema, 40)
         with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
             m.conn.execute("SET idivm.prune_rows = 25")
             m.conn.execute("SET idivm.prune_xids = 999999999999999999")

@@ -1131,8 +1131,9 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
                 return node
             held, _, _ = parts(node)
             key, col = stored[node.nid].key[0], node.expressions[0]
-            assert isinstance(col, exp.Column)
-            bare = exp.column(col.name, quoted=True)
+            # (the value over the log's own columns, as the fold's filter reads them)
+            bare = col.copy().transform(lambda n: exp.column(n.name, quoted=True)
+                                        if isinstance(n, exp.Column) else n)
             log = log_ref(schema, t)
             log.set("alias", exp.TableAlias(this=exp.to_identifier("h")))
             values = (exp.select(exp.alias_(bare.copy(), "k", quoted=True)).distinct()

@@ -11,7 +11,8 @@ so no writer is ever locked out and no committed change is lost or consumed twic
 PgQ-style queue design). The fold of the pending rows does not rely on their order (``__seq``
 is not the order of the row changes when statements nest: cascades, triggers writing the
 table): each row change logs its old and new image exactly once, so the images that do not
-cancel out per key are its row before and after (``fold_select``).
+cancel out per key are its row before and after (``fold_select``). An UPDATE's old and new
+images equal in every logged column cancel in the trigger already: neither is logged.
 
 Tables with inheritance children, inheritance children, partitioned tables and partitions are
 refused: a statement naming one of them changes rows of another without firing that one's
@@ -53,6 +54,7 @@ __all__ = [
     "XID",
     "advance",
     "companion_schema",
+    "equal_images_cancel",
     "fit",
     "fold_into_temp",
     "fold_query",
@@ -213,13 +215,42 @@ def dollar_quote(body: str) -> str:
     return f"${tag}${body}${tag}$"
 
 
+def _log_insert_unequal(log: exp.Table, columns: Sequence[str], op: str, source: str,
+                        other: str, where: exp.Expr | None = None) -> str:
+    """Log the images of ``source`` (an UPDATE's old or new rows) less those equal in every
+    logged column to an image of ``other`` (its new or old rows): a multiset difference
+    (``EXCEPT ALL``), so an image cancels at most one equal image of the other side."""
+    def images(rows: str) -> exp.Select:
+        select = exp.select(*[_col(c) for c in columns]).from_(exp.Table(this=_ident(rows)))
+        return select if where is None else select.where(where.copy())
+
+    kept = "__idivm_kept"
+    select = exp.select(exp.Literal.string(op), *[_col(c, kept) for c in columns]).from_(
+        exp.Subquery(this=exp.Except(this=images(source), expression=images(other),
+                                     distinct=False),
+                     alias=exp.TableAlias(this=_ident(kept))))
+    stmt = exp.insert(select, log, columns=[_ident(OP), *[_ident(c) for c in columns]])
+    return stmt.sql("postgres")
+
+
 def _function_bodies(schema: str, table_name: str, columns: Sequence[str],
-                     source: tuple[str, str] | None = None, where: exp.Expr | None = None
-                     ) -> dict[str, str]:
-    """The logging triggers' bodies: every row image (``where``: only those meeting it)."""
+                     source: tuple[str, str] | None = None, where: exp.Expr | None = None,
+                     cancel: bool = False) -> dict[str, str]:
+    """The logging triggers' bodies: every row image (``where``: only those meeting it).
+    ``cancel``: an UPDATE logs only the old and new images that do not cancel — an old image
+    and a new one equal in every logged column (the key among them) are the same row image
+    removed and put back, which every fold nets to nothing; not logging them spares the
+    writer their log rows and every consumer reading, folding and pruning them (an UPDATE of
+    columns no view reads logs nothing). Only where PostgreSQL can compare every logged
+    column (``equal_images_cancel``)."""
     log = exp.Table(this=_ident(log_table_name(table_name)), db=_ident(companion_schema(schema)))
     ins_new = _log_insert(log, columns, OP_INSERT, _NEW_ROWS, where)
     ins_old = _log_insert(log, columns, OP_DELETE, _OLD_ROWS, where)
+    if cancel:
+        upd_old = _log_insert_unequal(log, columns, OP_DELETE, _OLD_ROWS, _NEW_ROWS, where)
+        upd_new = _log_insert_unequal(log, columns, OP_INSERT, _NEW_ROWS, _OLD_ROWS, where)
+    else:
+        upd_old, upd_new = ins_old, ins_new
     home, rel = source or (schema, table_name)
     base = exp.Table(this=_ident(rel), db=_ident(home))
     every = exp.select(exp.Literal.string(OP_DELETE), *[_col(c) for c in columns]).from_(base)
@@ -229,7 +260,7 @@ def _function_bodies(schema: str, table_name: str, columns: Sequence[str],
     return {
         "ins": f"BEGIN\n  {ins_new};\n  RETURN NULL;\nEND",
         # (old images first; the fold does not depend on it)
-        "upd": f"BEGIN\n  {ins_old};\n  {ins_new};\n  RETURN NULL;\nEND",
+        "upd": f"BEGIN\n  {upd_old};\n  {upd_new};\n  RETURN NULL;\nEND",
         "del": f"BEGIN\n  {ins_old};\n  RETURN NULL;\nEND",
         # BEFORE TRUNCATE: every row still there is logged as deleted
         "trunc": f"BEGIN\n  {truncated.sql('postgres')};\n  RETURN NULL;\nEND",
@@ -257,6 +288,21 @@ def _trigger_ddl(schema: str, table_name: str, kind: str,
     # ALWAYS: logical-replication apply workers and restores run with
     # session_replication_role = replica, where ordinary triggers do not fire
     return [create, f"ALTER TABLE {base} ENABLE ALWAYS TRIGGER {trig}"]
+
+
+def equal_images_cancel(conn: psycopg.Connection, log: str, columns: Sequence[str]) -> bool:
+    """Whether PostgreSQL can compare the values of every one of ``columns`` of ``log`` (an
+    ``EXCEPT ALL`` over them plans: each type, and an array's elements and a composite's
+    fields, has an equality operator): the logging triggers then cancel an UPDATE's equal
+    images (``_function_bodies``). A type without one (json, xml, point …) logs every image,
+    as before — its fold compares images by their text."""
+    cols = ", ".join(q(c) for c in columns)
+    try:
+        with conn.transaction():  # (a savepoint: the failed EXPLAIN rolls back alone)
+            conn.execute(f"EXPLAIN SELECT {cols} FROM {log} EXCEPT ALL SELECT {cols} FROM {log}")
+    except psycopg.errors.UndefinedFunction:  # could not identify an equality operator
+        return False
+    return True
 
 
 def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
@@ -347,7 +393,9 @@ def install(conn: psycopg.Connection, schema: str, table: Table, view: str,
             *[exp.paren(sqlglot.parse_one(c, dialect="postgres")) for c in dict.fromkeys(conds)])
         # the trigger DDL waits for in-flight writers of the table: rows they wrote before it
         # are in the snapshot the view is materialized in
-        for kind, body in _function_bodies(schema, table.name, logged, source, where).items():
+        cancel = equal_images_cancel(conn, _qualified(comp, log_name), logged)
+        for kind, body in _function_bodies(schema, table.name, logged, source, where,
+                                           cancel).items():
             func = _qualified(comp, _function_name(table.name, kind))
             conn.execute(
                 f"CREATE OR REPLACE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql "
@@ -658,7 +706,9 @@ def fold_select(table: Table, log: exp.Expr, where: exp.Expr,
     statements whose rows are logged before the outer statement's, so ``__seq`` order is not
     the order of the row changes. But each row change logs its old image ('D') and its new
     image ('I') exactly once, nested or not (a rolled-back savepoint takes its log rows with
-    it), so per key, as multisets of row images, ``before + ΣI = after + ΣD``: grouped by
+    it) — or, equal to each other in every logged column, neither (the trigger takes
+    the pair out of both sides) — so per key, as multisets of row images,
+    ``before + ΣI = after + ΣD``: grouped by
     (key, image) with +1 per 'I' and −1 per 'D', the image counting −1 is the key's row
     before, the one counting +1 its row after, and the rest cancel. Any other count means
     the log does not describe the table's changes (logging bypassed, or a key that is not

@@ -196,12 +196,23 @@ def log_columns(conn: psycopg.Connection, schema: str, table_name: str) -> list[
 
 
 def _log_insert(log: exp.Table, columns: Sequence[str], op: str, source: str,
-                where: exp.Expr | None = None) -> str:
-    select = exp.select(exp.Literal.string(op), *[_col(c) for c in columns]).from_(
-        exp.Table(this=_ident(source))
-    )
-    if where is not None:
-        select = select.where(where.copy())
+                where: exp.Expr | None = None, less: str | None = None) -> str:
+    """Log the images of ``source`` (a statement's old or new rows), ``where``: those meeting
+    it; ``less`` (an UPDATE's new or old rows): less those equal in every logged column to an
+    image of ``less`` — a multiset difference (``EXCEPT ALL``), so an image cancels at most
+    one equal image of the other side."""
+    def images(rows: str) -> exp.Select:
+        select = exp.select(*[_col(c) for c in columns]).from_(exp.Table(this=_ident(rows)))
+        return select if where is None else select.where(where.copy())
+
+    if less is None:
+        select = images(source)
+        select.set("expressions", [exp.Literal.string(op), *select.expressions])
+    else:
+        kept = "__idivm_kept"
+        select = exp.select(exp.Literal.string(op), *[_col(c, kept) for c in columns]).from_(
+            exp.Subquery(this=exp.Except(this=images(source), expression=images(less),
+                                         distinct=False), alias=exp.TableAlias(this=_ident(kept))))
     stmt = exp.insert(select, log, columns=[_ident(OP), *[_ident(c) for c in columns]])
     return stmt.sql("postgres")
 
@@ -213,24 +224,6 @@ def dollar_quote(body: str) -> str:
         n += 1
         tag = f"idivm{n}"
     return f"${tag}${body}${tag}$"
-
-
-def _log_insert_unequal(log: exp.Table, columns: Sequence[str], op: str, source: str,
-                        other: str, where: exp.Expr | None = None) -> str:
-    """Log the images of ``source`` (an UPDATE's old or new rows) less those equal in every
-    logged column to an image of ``other`` (its new or old rows): a multiset difference
-    (``EXCEPT ALL``), so an image cancels at most one equal image of the other side."""
-    def images(rows: str) -> exp.Select:
-        select = exp.select(*[_col(c) for c in columns]).from_(exp.Table(this=_ident(rows)))
-        return select if where is None else select.where(where.copy())
-
-    kept = "__idivm_kept"
-    select = exp.select(exp.Literal.string(op), *[_col(c, kept) for c in columns]).from_(
-        exp.Subquery(this=exp.Except(this=images(source), expression=images(other),
-                                     distinct=False),
-                     alias=exp.TableAlias(this=_ident(kept))))
-    stmt = exp.insert(select, log, columns=[_ident(OP), *[_ident(c) for c in columns]])
-    return stmt.sql("postgres")
 
 
 def _function_bodies(schema: str, table_name: str, columns: Sequence[str],
@@ -246,11 +239,9 @@ def _function_bodies(schema: str, table_name: str, columns: Sequence[str],
     log = exp.Table(this=_ident(log_table_name(table_name)), db=_ident(companion_schema(schema)))
     ins_new = _log_insert(log, columns, OP_INSERT, _NEW_ROWS, where)
     ins_old = _log_insert(log, columns, OP_DELETE, _OLD_ROWS, where)
-    if cancel:
-        upd_old = _log_insert_unequal(log, columns, OP_DELETE, _OLD_ROWS, _NEW_ROWS, where)
-        upd_new = _log_insert_unequal(log, columns, OP_INSERT, _NEW_ROWS, _OLD_ROWS, where)
-    else:
-        upd_old, upd_new = ins_old, ins_new
+    upd_old, upd_new = (_log_insert(log, columns, OP_DELETE, _OLD_ROWS, where, _NEW_ROWS),
+                        _log_insert(log, columns, OP_INSERT, _NEW_ROWS, where, _OLD_ROWS)) \
+        if cancel else (ins_old, ins_new)
     home, rel = source or (schema, table_name)
     base = exp.Table(this=_ident(rel), db=_ident(home))
     every = exp.select(exp.Literal.string(OP_DELETE), *[_col(c) for c in columns]).from_(base)

@@ -389,6 +389,35 @@ def test_interrupted_after_the_commit_reports_it_committed(env: Env) -> None:
     # ran: the invariants above were still checked after every maintain)
 
 
+def test_a_failed_maintain_after_a_committed_one_reports_the_failure(env: Env) -> None:
+    """The session keeps the statistics of the last run that committed (``_committed``): the
+    next maintain empties them before its ``CALL`` (in the query that reads the views'
+    refresh info), so a run that fails before its commit — here, waiting for the view's lock
+    past ``lock_timeout`` — is reported as failed and rolled back, not as that earlier run."""
+    w = env.conn()
+    w.execute(PAPER)
+    m = env.maintainer()
+    env.create(m, "v", V_SQL)
+    batch(w, 0)
+    m.maintain("v")  # committed: its statistics stay in the session
+    batch(w, 1)
+    holder = env.conn()
+    holder.autocommit = False
+    holder.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(
+        sql.Identifier(env.companion, lock_relation("v"))))
+    m.conn.execute("SET lock_timeout = '200ms'")
+    try:
+        with pytest.raises(MaintenanceError, match="rolled back"):
+            m.maintain("v")
+    finally:
+        m.conn.execute("RESET lock_timeout")
+        holder.rollback()
+    assert pending(m, "v") > 0
+    m.maintain("v")
+    assert pending(m, "v") == 0
+    env.check()
+
+
 # --------------------------------------------------------------------------- 3. schema changes
 
 

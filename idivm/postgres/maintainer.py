@@ -659,7 +659,7 @@ class PostgresMaintainer:
         all; their statistics are in ``upstream``."""
         start = time.perf_counter()
         with _before_call(repr(name)):
-            info = self._refresh_info()
+            info = self._refresh_info(reset=True)
             if strategy and name not in info:
                 self._entry(name)  # (raises: no such view)
             order = pipeline.order(_upstream(info), [name]) if name in info else []
@@ -680,7 +680,7 @@ class PostgresMaintainer:
                 return {}
             if not self._has_procedure("maintain_all"):  # a companion from before pipelines
                 self._recompile_stale(None)
-            info = self._refresh_info()
+            info = self._refresh_info(reset=True)
             order = pipeline.order(_upstream(info), info)
             asked = {v: strategy for v in order if strategy and _applies(strategy, info[v][0])}
             stats = self._decided_call(None, order, info, asked)
@@ -695,7 +695,8 @@ class PostgresMaintainer:
         for attempt in range(STALE_RETRIES + 1):
             choices = self._decisions(order, info, asked)
             try:
-                out = self._call(name, retry=True, choices=choices)
+                # (the first call's reset came with the refresh info)
+                out = self._call(name, retry=True, choices=choices, reset=attempt > 0)
                 self._ran.update(_warmed(out))
                 return out
             except _StaleDecision as e:
@@ -706,16 +707,32 @@ class PostgresMaintainer:
         raise AssertionError("unreachable")
 
     # -- the refresh decision -------------------------------------------------------------
-    def _refresh_info(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+    def _refresh_info(self, reset: bool = False) -> dict[str, tuple[str, tuple[str, ...]]]:
         """The views of the schema → (refresh strategy, the relations each reads), in one
-        query (every maintain reads it); none if the companion has no registry."""
+        query (every maintain reads it); none if the companion has no registry. ``reset``:
+        the same query empties the session's ``COMMITTED_SETTING`` first, as ``_call`` does
+        before a ``CALL`` (one round trip less a maintain)."""
+        registry = qq(self.companion, REGISTRY)
         try:
-            rows = self.conn.execute(
-                f"SELECT name, strategy, tables FROM {qq(self.companion, REGISTRY)}").fetchall()
+            if not reset:
+                rows = self.conn.execute(f"SELECT name, strategy, tables FROM {registry}"
+                                         ).fetchall()
+            else:  # (a row even without views: the reset is never skipped)
+                rows = [r[1:] for r in self.conn.execute(
+                    "SELECT set_config(%s, '', false), r.name, r.strategy, r.tables "
+                    f"FROM (SELECT) AS one LEFT JOIN {registry} AS r ON true",
+                    (compile_.COMMITTED_SETTING,)).fetchall() if r[1] is not None]
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName,
                 psycopg.errors.UndefinedColumn):  # (no companion, or an older idivm's: the
-            return {}                                 # maintain that follows says which)
+            if reset:                                 # maintain that follows says which)
+                self._reset_committed()
+            return {}
         return {str(n): (str(s), tuple(ts)) for n, s, ts in rows}
+
+    def _reset_committed(self) -> None:
+        """Empty ``COMMITTED_SETTING`` in the session before a ``CALL``: the procedure sets it
+        in the maintenance transaction, kept only if that commits (``_committed``)."""
+        self.conn.execute("SELECT set_config(%s, '', false)", (compile_.COMMITTED_SETTING,))
 
     def _decisions(self, order: Sequence[str], info: Mapping[str, tuple[str, tuple[str, ...]]],
                    asked: Mapping[str, RefreshStrategy | None]) -> dict[str, dict[str, Any]]:
@@ -846,17 +863,18 @@ class PostgresMaintainer:
         return bool(row and row[0])
 
     def _call(self, name: str | None, retry: bool,
-              choices: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              choices: Mapping[str, Any] | None = None, reset: bool = True) -> dict[str, Any]:
         """``CALL maintain(name)``, or ``maintain_all`` when ``name`` is None; ``choices``:
-        view → its refresh decision."""
+        view → its refresh decision; ``reset``: empty ``COMMITTED_SETTING`` first (False:
+        the caller just did, ``_refresh_info``)."""
         what = repr(name) if name is not None else f"the views of schema {self.schema!r}"
         call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s, %s)" if name is not None \
             else f"CALL {qq(self.companion, 'maintain_all')}(NULL, %s, %s)"
         decided = json.dumps(dict(choices)) if choices else None
         args = (name, compile_.FORMAT_VERSION, decided) if name is not None else \
             (compile_.FORMAT_VERSION, decided)
-        # the procedure sets it in the maintenance transaction: kept only if that commits
-        self.conn.execute("SELECT set_config(%s, '', false)", (compile_.COMMITTED_SETTING,))
+        if reset:
+            self._reset_committed()
         try:
             row = self.conn.execute(call, args).fetchone()
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as e:

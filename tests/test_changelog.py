@@ -542,6 +542,24 @@ def test_an_update_logs_only_the_images_that_change(
     assert state == snapshot(conn, s, logged)
 
 
+def test_a_large_update_logs_every_image(
+    _cl_conn: psycopg.Connection, _cl_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An UPDATE of more than ``CANCEL_ROWS`` rows logs its images without cancelling them
+    (the writer pays no in-memory difference of a large statement); the fold nets them."""
+    monkeypatch.setattr(cl, "CANCEL_ROWS", 2)
+    conn, s, t = _cl_conn, _cl_schema, T_SIMPLE
+    create(conn, s, t)
+    base = ident(s, t.name)
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'a'), (2, 'b'), (3, 'c')").format(base))
+    cl.install(conn, s, t, "v")
+    conn.execute(sql.SQL('UPDATE {} SET "a b" = "a b" WHERE k <= 2').format(base))
+    assert log_rows(conn, s, t) == []  # two rows: cancelled
+    conn.execute(sql.SQL('UPDATE {} SET "a b" = "a b"').format(base))
+    assert sorted(r[1] for r in log_rows(conn, s, t)) == ["D"] * 3 + ["I"] * 3
+    assert fold(conn, s, t, "v") == []
+
+
 def test_an_update_of_values_without_equality_logs_every_image(
     _cl_conn: psycopg.Connection, _cl_schema: str
 ) -> None:

@@ -12,7 +12,8 @@ PgQ-style queue design). The fold of the pending rows does not rely on their ord
 is not the order of the row changes when statements nest: cascades, triggers writing the
 table): each row change logs its old and new image exactly once, so the images that do not
 cancel out per key are its row before and after (``fold_select``). An UPDATE's old and new
-images equal in every logged column cancel in the trigger already: neither is logged.
+images equal in every logged column cancel in the trigger already (an UPDATE of up to
+``CANCEL_ROWS`` rows): neither is logged.
 
 Tables with inheritance children, inheritance children, partitioned tables and partitions are
 refused: a statement naming one of them changes rows of another without firing that one's
@@ -91,6 +92,9 @@ _PRUNE_LOG = "prune_log"
 _SEEN = "seen"  # registry column: the row images a consumer can see
 _NEW_ROWS = "__idivm_new"
 _OLD_ROWS = "__idivm_old"
+
+# an UPDATE of more rows than this logs every old and new image (``_function_bodies``)
+CANCEL_ROWS = 10_000
 
 # function-name suffix -> trigger name on the base table
 _KINDS = {
@@ -230,18 +234,20 @@ def _function_bodies(schema: str, table_name: str, columns: Sequence[str],
                      source: tuple[str, str] | None = None, where: exp.Expr | None = None,
                      cancel: bool = False) -> dict[str, str]:
     """The logging triggers' bodies: every row image (``where``: only those meeting it).
-    ``cancel``: an UPDATE logs only the old and new images that do not cancel — an old image
-    and a new one equal in every logged column (the key among them) are the same row image
-    removed and put back, which every fold nets to nothing; not logging them spares the
-    writer their log rows and every consumer reading, folding and pruning them (an UPDATE of
-    columns no view reads logs nothing). Only where PostgreSQL can compare every logged
-    column (``equal_images_cancel``)."""
+    ``cancel``: an UPDATE of up to ``CANCEL_ROWS`` rows logs only the old and new images that
+    do not cancel — an old image and a new one equal in every logged column (the key among
+    them) are the same row image removed and put back, which every fold nets to nothing; not
+    logging them spares the writer their log rows and every consumer reading, folding and
+    pruning them (an UPDATE of columns no view reads logs nothing). Only where PostgreSQL can
+    compare every logged column (``equal_images_cancel``). A larger UPDATE logs every image:
+    the difference hashes both sides in memory (a hashed set operation does not spill, and
+    PL/pgSQL keeps the plan it made for the session's first, perhaps small, UPDATE), and it
+    costs the writer about as much again as the logging when the images do differ."""
     log = exp.Table(this=_ident(log_table_name(table_name)), db=_ident(companion_schema(schema)))
     ins_new = _log_insert(log, columns, OP_INSERT, _NEW_ROWS, where)
     ins_old = _log_insert(log, columns, OP_DELETE, _OLD_ROWS, where)
-    upd_old, upd_new = (_log_insert(log, columns, OP_DELETE, _OLD_ROWS, where, _NEW_ROWS),
-                        _log_insert(log, columns, OP_INSERT, _NEW_ROWS, where, _OLD_ROWS)) \
-        if cancel else (ins_old, ins_new)
+    upd_old = _log_insert(log, columns, OP_DELETE, _OLD_ROWS, where, _NEW_ROWS)
+    upd_new = _log_insert(log, columns, OP_INSERT, _NEW_ROWS, where, _OLD_ROWS)
     home, rel = source or (schema, table_name)
     base = exp.Table(this=_ident(rel), db=_ident(home))
     every = exp.select(exp.Literal.string(OP_DELETE), *[_col(c) for c in columns]).from_(base)
@@ -251,7 +257,10 @@ def _function_bodies(schema: str, table_name: str, columns: Sequence[str],
     return {
         "ins": f"BEGIN\n  {ins_new};\n  RETURN NULL;\nEND",
         # (old images first; the fold does not depend on it)
-        "upd": f"BEGIN\n  {upd_old};\n  {upd_new};\n  RETURN NULL;\nEND",
+        "upd": (f"BEGIN\n  IF EXISTS (SELECT FROM {q(_OLD_ROWS)} OFFSET {CANCEL_ROWS}) THEN\n"
+                f"    {ins_old};\n    {ins_new};\n  ELSE\n    {upd_old};\n    {upd_new};\n"
+                "  END IF;\n  RETURN NULL;\nEND") if cancel else
+               f"BEGIN\n  {ins_old};\n  {ins_new};\n  RETURN NULL;\nEND",
         "del": f"BEGIN\n  {ins_old};\n  RETURN NULL;\nEND",
         # BEFORE TRUNCATE: every row still there is logged as deleted
         "trunc": f"BEGIN\n  {truncated.sql('postgres')};\n  RETURN NULL;\nEND",

@@ -204,8 +204,10 @@ class _Verdict:
 
 
 def _verdict(changes: int, base_rows: int | None, history: History, engine: str,
-             warm_session: bool = False) -> _Verdict:
-    fixed, per = maintain_model(history.maintain, changes, engine)
+             warm_session: bool = False, model: tuple[float, float] | None = None
+             ) -> _Verdict:
+    """``model``: ``maintain_model``'s (fixed, per) at ``changes``, when the caller has it."""
+    fixed, per = model or maintain_model(history.maintain, changes, engine)
     m_est = fixed + per * changes
     if history.recompute_seconds is None:
         return _Verdict("id", "unmeasured", fixed, per, m_est, None)
@@ -316,22 +318,27 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     batch larger than one it recomputes — exploring a size never measured although a smaller
     one already costs more than recomputing — the threshold recomputes: the larger costs
     more still.)"""
-    def choice(n: int) -> Choice:
-        return _verdict(n, base_rows, history, engine, warm_session).choice
+    def verdict(n: int, model: tuple[float, float]) -> _Verdict:
+        return _verdict(n, base_rows, history, engine, warm_session, model)
 
     points = sorted({1, LARGEST_BATCH, *[4 * (x[0] + 1) for x in history.maintain
                                          if x[2] == engine and 4 * (x[0] + 1) < LARGEST_BATCH]})
     first: int | None = None
     for lo, hi in zip(points, points[1:], strict=False):
-        if choice(lo) == "recompute":
+        model = maintain_model(history.maintain, lo, engine)  # (the interval's)
+        at_lo = verdict(lo, model)
+        if at_lo.choice == "recompute":
             first = lo
             break
-        if choice(hi - 1) == "id":
+        if verdict(hi - 1, model).choice == "id":
             continue
         a, b = lo, hi - 1  # maintained at a, recomputed at b
+        for g in _turns(at_lo, history, engine):  # (where it may turn: narrows, or not)
+            if a < g < b:
+                a, b = (g, b) if verdict(g, model).choice == "id" else (a, g)
         while b - a > 1:
             mid = (a + b) // 2
-            a, b = (mid, b) if choice(mid) == "id" else (a, mid)
+            a, b = (mid, b) if verdict(mid, model).choice == "id" else (a, mid)
         first = b
         break
     if first is None:
@@ -342,6 +349,28 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     return Threshold(first - 1, kept,
                      decide("auto", first, base_rows, history, engine,
                             warm_session).reason)
+
+
+def _turns(v: _Verdict, history: History, engine: str) -> list[int]:
+    """The batch sizes, within an interval whose model ``v`` shows, next to which ``decide``
+    may turn from id to recompute: where the maintenance estimate (``fixed + per n``, or the
+    engine's default floor's ``+ per n`` of the warm rule) meets each bound a rule compares it
+    with — the recomputation, ``EXPLORE`` and ``CALIBRATE`` times it, the recomputation less
+    the stale caches' amortized rebuild. The threshold tests them first and bisects what is
+    left (a few evaluations instead of ~50 across a 2^48 interval); they only narrow the
+    bisection, so the threshold is the same with or without them."""
+    if v.recompute is None or v.per <= 0:
+        return []
+    bounds = [(v.fixed, v.recompute * k) for k in (1.0, EXPLORE, CALIBRATE)]
+    bounds.append((engine_defaults(engine)[0], EXPLORE * v.recompute))
+    if history.caches_stale:
+        bounds.append((v.fixed, v.recompute - rebuild_estimate(history, v.recompute) / AMORTIZE))
+    out: list[int] = []
+    for floor, bound in bounds:
+        n = (bound - floor) / v.per
+        if 0 < n < LARGEST_BATCH:
+            out += [int(n), int(n) + 1]
+    return out
 
 
 def planned(strategy: RefreshStrategy) -> Strategy:

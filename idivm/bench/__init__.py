@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -34,6 +35,23 @@ def step(progress: Progress, what: str) -> Iterator[None]:
     yield
     progress.update(task, completed=1)
     progress.stop_task(task)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector run now and paused until the block ends, for the
+    timed steps in it: a full collection of a benchmark's own heap (the rows it fetched to
+    verify views, its plans) takes 50–250 ms on a 2-core machine and otherwise lands in
+    whichever timed step allocates next — TPC-H SF 0.1's maintain after a recomputation
+    took 20–35 ms more (Q16: 27.3 ms, 2.4 in its other rounds), none of it PostgreSQL's."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def write_results(c: Console, report: Mapping[str, Any], out: Path) -> None:

@@ -95,7 +95,7 @@ from rich.table import Table
 
 import idivm
 from idivm.bench import explain as explain_
-from idivm.bench import pgivm, pyplot, step
+from idivm.bench import gc_paused, pgivm, pyplot, step
 from idivm.bench.tpch import FK_INDEXES, TABLES, TPCH_DDL, load_tpch_extension
 from idivm.bench.tpch import queries as tpch_queries
 from idivm.catalog import Catalog
@@ -766,48 +766,8 @@ class QueryRun:
             self._say(f"round {r + 1}/{rounds}")
             batch = self.refresher.build()
             order = round_order(r, live)
-            rec: dict[str, Any] = {"round": r + 1, "batch": batch.counts, "order": order,
-                                   "apply_s": apply_batch(self.conn, batch)}
-            if self.peer is not None and "pg_ivm" not in live:  # untimed: the copy follows
-                rec["pg_ivm_copy_s"] = self.peer.apply(batch)
-            stop = False
-            expected_rows: list[tuple[Any, ...]] | None = None
-            for col in order:
-                if col == "recompute":
-                    rec["recompute_s"], expected_rows = self.recompute()
-                    rec["rows"] = len(expected_rows)
-                    continue
-                if col not in live:
-                    continue
-                if col in PEERS:
-                    took_peer = self._peer(r, col, batch, live)
-                    if took_peer is not None:
-                        rec[col] = took_peer
-                    continue
-                before = self.reads() if col == "id" else None
-                t0 = time.perf_counter()
-                try:
-                    stats = self.m.maintain(self.name(col))
-                except Exception as e:  # recorded, the run goes on
-                    self._failed(r, f"maintain {col}", e, time.perf_counter() - t0,
-                                 MAINTAIN_LIMIT_S)
-                    live.remove(col)
-                    stop = True
-                    continue
-                took = time.perf_counter() - t0
-                rec[col] = {"s": took, "stats_s": stats.seconds,
-                            "function_s": stats.function_seconds, "changes": stats.changes,
-                            "log_rows": stats.log_rows,
-                            "idiff_rows": stats.idiff_rows, "applied_rows": stats.applied_rows,
-                            "statement_seconds": stats.statement_seconds}
-                if col == "auto":
-                    rec[col]["decision"] = stats.decision
-                if before is not None:
-                    rec[col]["rows_read"] = read_since(before, self.reads())
-                if took > MAINTAIN_LIMIT_S:
-                    self.rec["timeouts"].append(f"round {r + 1} maintain {col}: {took:.0f} s > "
-                                                f"{MAINTAIN_LIMIT_S:.0f} s")
-                    stop = True
+            with gc_paused():  # (the round's timed steps)
+                rec, expected_rows, stop = self._round(r, batch, order, live)
             assert expected_rows is not None
             rec["verified"] = self.verify(f"round {r + 1}", expected_rows,
                                           [c for c in live if c in rec])
@@ -816,6 +776,54 @@ class QueryRun:
                 if r + 1 < rounds:
                     self.rec["skipped_rounds"] = rounds - r - 1
                 break
+
+    def _round(self, r: int, batch: Batch, order: Sequence[str], live: list[str]
+               ) -> tuple[dict[str, Any], list[tuple[Any, ...]] | None, bool]:
+        """Round ``r``'s timed steps: the batch, then the columns in ``order``; its record,
+        the recomputed rows and whether the query's rounds stop (a failure, a timeout)."""
+        rec: dict[str, Any] = {"round": r + 1, "batch": batch.counts, "order": list(order),
+                               "apply_s": apply_batch(self.conn, batch)}
+        if self.peer is not None and "pg_ivm" not in live:  # untimed: the copy follows
+            rec["pg_ivm_copy_s"] = self.peer.apply(batch)
+        stop = False
+        expected_rows: list[tuple[Any, ...]] | None = None
+        for col in order:
+            if col == "recompute":
+                rec["recompute_s"], expected_rows = self.recompute()
+                rec["rows"] = len(expected_rows)
+                continue
+            if col not in live:
+                continue
+            if col in PEERS:
+                took_peer = self._peer(r, col, batch, live)
+                if took_peer is not None:
+                    rec[col] = took_peer
+                continue
+            before = self.reads() if col == "id" else None
+            t0 = time.perf_counter()
+            try:
+                stats = self.m.maintain(self.name(col))
+            except Exception as e:  # recorded, the run goes on
+                self._failed(r, f"maintain {col}", e, time.perf_counter() - t0,
+                             MAINTAIN_LIMIT_S)
+                live.remove(col)
+                stop = True
+                continue
+            took = time.perf_counter() - t0
+            rec[col] = {"s": took, "stats_s": stats.seconds,
+                        "function_s": stats.function_seconds, "changes": stats.changes,
+                        "log_rows": stats.log_rows,
+                        "idiff_rows": stats.idiff_rows, "applied_rows": stats.applied_rows,
+                        "statement_seconds": stats.statement_seconds}
+            if col == "auto":
+                rec[col]["decision"] = stats.decision
+            if before is not None:
+                rec[col]["rows_read"] = read_since(before, self.reads())
+            if took > MAINTAIN_LIMIT_S:
+                self.rec["timeouts"].append(f"round {r + 1} maintain {col}: {took:.0f} s > "
+                                            f"{MAINTAIN_LIMIT_S:.0f} s")
+                stop = True
+        return rec, expected_rows, stop
 
     def explain(self, live: list[str]) -> None:
         """One more batch (untimed), the id view's maintain under ``auto_explain``: every

@@ -418,6 +418,29 @@ def test_a_failed_maintain_after_a_committed_one_reports_the_failure(env: Env) -
     env.check()
 
 
+def test_a_dropped_view_leaves_no_compiled_code_in_the_session(env: Env) -> None:
+    """PL/pgSQL keeps the compiled code and cached plans of a function a session ran until
+    the session ends — also once the function is dropped — and every invalidation message
+    another session sends walks them all: ``drop_view`` leaves the maintainer on a new
+    session, where the other views go on (their next run planned again)."""
+    w, m = paper_view(env)
+    batch(w, 0)
+    maintain_all(env, m)
+
+    def compiled() -> int:
+        row = m.conn.execute("SELECT count(*) FROM pg_backend_memory_contexts "
+                             "WHERE name = 'PL/pgSQL function'").fetchone()
+        return int(row[0]) if row else 0
+
+    assert compiled() >= 2  # (both views' functions, the procedure)
+    m.drop_view("agg")
+    del env.views["agg"]
+    assert compiled() == 0
+    batch(w, 1)
+    maintain_all(env, m)
+    assert compiled() >= 1
+
+
 # --------------------------------------------------------------------------- 3. schema changes
 
 

@@ -633,6 +633,7 @@ class QueryRun:
         is recorded and the others still run), none when a view's create took too long."""
         live: list[str] = []
         slow = False
+        self.m.conn.execute("SET jit = off")  # (each query's on a session of its own: drop)
         for st in STRATEGIES:
             self._say(f"create ({st})")
             self.m.conn.execute(f"SET statement_timeout = '{int(CREATE_LIMIT_S * 1000)}ms'")
@@ -877,12 +878,12 @@ class QueryRun:
             else:
                 self.conn.execute(sql.SQL("DROP MATERIALIZED VIEW IF EXISTS {}").format(
                     sql.Identifier(self.matview)))
-        self.m.conn.execute(f"SET statement_timeout = '{int(CREATE_LIMIT_S * 1000)}ms'")
         for n in self.created:
             if keep_failed and n in bad:
                 self.rec.setdefault("kept", []).append(n)
                 continue
-            try:
+            try:  # (each drop_view leaves the maintainer on a new session)
+                self.m.conn.execute(f"SET statement_timeout = '{int(CREATE_LIMIT_S * 1000)}ms'")
                 self.m.drop_view(n)
             except Exception as e:  # recorded
                 self.rec["errors"].append(f"drop {n}: {_err(e)}")
@@ -1327,7 +1328,6 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
                     peer = PgIvmPeer(dsn, schema, fk_indexes)
                     result["pg_ivm"].update(peer.setup())
             m = PostgresMaintainer(dsn, schema=schema)
-            m.conn.execute("SET jit = off")
             catalog = m.catalog()
             refresher = Refresher(conn, seed)
             result["config"]["batch_sizes"] = refresher.sizes

@@ -160,13 +160,7 @@ class PostgresMaintainer:
 
     def __init__(self, dsn: str, schema: str | None = None) -> None:
         self.dsn = dsn
-        try:
-            # autocommit: every unit of work opens its own transaction, and the maintain
-            # procedure manages its transactions itself
-            self.conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
-        except psycopg.Error as e:
-            raise BackendError(f"cannot connect to PostgreSQL with DSN {_redact(dsn)!r}: "
-                               f"{str(e).strip()}") from e
+        self.conn = self._connect()
         if schema is None:
             row = self.conn.execute("SELECT current_schema()").fetchone()
             schema = str(row[0]) if row and row[0] else "public"
@@ -183,6 +177,28 @@ class PostgresMaintainer:
         self._ran: set[str] = set()
 
     # -- helpers ---------------------------------------------------------------------------
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            # autocommit: every unit of work opens its own transaction, and the maintain
+            # procedure manages its transactions itself
+            return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except psycopg.Error as e:
+            raise BackendError(f"cannot connect to PostgreSQL with DSN {_redact(self.dsn)!r}: "
+                               f"{str(e).strip()}") from e
+
+    def _new_session(self) -> None:
+        """``conn`` replaced by a new session (settings made on the old one do not carry
+        over). PL/pgSQL keeps the compiled code of a function the session ran, and the
+        cached plans of its statements, until the session ends — also once the function is
+        dropped — and every invalidation message another session sends (a DDL statement, a
+        temporary table) walks all of those plans: a session that had maintained and dropped
+        the views of six TPC-H queries held 5,475 plans in 107 MB, and by the twenty-second
+        query a maintain after another session's CREATE TEMP TABLE spent 30–80 ms outside its
+        function. Its views' next runs are cold (planned again)."""
+        old, self.conn = self.conn, self._connect()
+        old.close()
+        self._ran.clear()
+
     def close(self) -> None:
         self.conn.close()
 
@@ -346,7 +362,7 @@ class PostgresMaintainer:
         if name in views or changes or strategy == "recompute":
             return self._create_view(name, view_sql, changes, catalog, strategy)
         for v in self._owned(name):  # left by a create_view of this name that did not finish
-            self.drop_view(v, cascade=True)
+            self._drop_view(v, cascade=True)
         hoisted = self._hoistable(name, view_sql, catalog, strategy)
         if not hoisted:
             return self._create_view(name, view_sql, changes, catalog, strategy)
@@ -363,7 +379,7 @@ class PostgresMaintainer:
 
     def _drop_made(self, view: str) -> None:
         if view in self._views():
-            self.drop_view(view, cascade=True)
+            self._drop_view(view, cascade=True)
 
     def _hoistable(self, name: str, view_sql: str, catalog: Catalog | None,
                    strategy: RefreshStrategy) -> dict[str, tuple[str, str]]:
@@ -502,7 +518,7 @@ class PostgresMaintainer:
                 changelog.lock_companion(self.conn, self.schema)
                 self._install_dispatcher()
         except psycopg.Error as e:
-            self.drop_view(name)
+            self._drop_view(name, cascade=False)
             raise BackendError(f"create_view {name!r} failed and was rolled back: "
                                f"{str(e).strip()}") from e
         self._plans[name] = p
@@ -989,7 +1005,13 @@ class PostgresMaintainer:
     def drop_view(self, name: str, cascade: bool = False) -> None:
         """Remove the view, its stored table, caches, code, logging and registry entry (from
         what the registry recorded: no planning, so it works whatever became of the tables).
-        Refused while other views read it, unless ``cascade``: then they go first."""
+        Refused while other views read it, unless ``cascade``: then they go first. The
+        maintainer then continues on a new session (``_new_session``: the old one would keep
+        the dropped code's compiled plans)."""
+        self._drop_view(name, cascade)
+        self._new_session()
+
+    def _drop_view(self, name: str, cascade: bool) -> None:
         e = self._entry(name)
         views = self._views()
         dependents = sorted(v for v, ts in views.items() if name in ts)
@@ -999,7 +1021,7 @@ class PostgresMaintainer:
                                "drop them first, or drop it with cascade=True")
         for d in dependents:
             if d in self._views():  # (a dependent of another dependent may be gone already)
-                self.drop_view(d, cascade=True)
+                self._drop_view(d, cascade=True)
         if dependents and name not in self._views():
             return  # (dropped with the view that made it of a CTE)
         try:
@@ -1030,7 +1052,7 @@ class PostgresMaintainer:
         self._ran.discard(name)
         for v in owned:  # the views it made of its CTEs, unless read by another view since
             if v in self._views() and not any(v in ts for ts in self._views().values()):
-                self.drop_view(v)
+                self._drop_view(v, cascade=False)
 
     def _drop_unshared(self, indexes: Sequence[str]) -> None:
         """Drop the lookup indexes (``_lookup_indexes``) no view in the registry lists."""

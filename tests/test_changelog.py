@@ -74,10 +74,11 @@ def create(conn: psycopg.Connection, schema: str, table: Table) -> None:
 
 
 def log_rows(conn: psycopg.Connection, schema: str, table: Table) -> list[tuple[Any, ...]]:
-    """The log's rows (``__seq``, ``__op``, the table's columns) in log order."""
+    """The log's rows (its ``ctid``, ``__op``, the table's columns) in the order they were
+    written (a log a test never prunes: its rows lie in the order of their inserts)."""
     log = ident(f"{schema}__idivm", f"log__{table.name}")
-    cols = [cl.SEQ, cl.OP, *table.column_names]
-    return conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY __seq").format(
+    cols = ["ctid", cl.OP, *table.column_names]
+    return conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY ctid").format(
         sql.SQL(", ").join(map(ident, cols)), log)).fetchall()
 
 
@@ -421,7 +422,7 @@ def test_uncommitted_writer_is_consumed_after_it_commits(
 ) -> None:
     """A transaction that wrote before a fold and commits after it is not lost: the fold's
     snapshot did not see it, so the next fold does (a sequence-number watermark would have
-    skipped it: its __seq is below rows committed earlier)."""
+    skipped it: its number is below rows committed earlier)."""
     conn, s, t = _cl_conn, _cl_schema, T_SIMPLE
     create(conn, s, t)
     base = ident(s, t.name)

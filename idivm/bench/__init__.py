@@ -41,9 +41,10 @@ def step(progress: Progress, what: str) -> Iterator[None]:
 def gc_paused() -> Iterator[None]:
     """Python's cyclic garbage collector run now and paused until the block ends, for the
     timed steps in it: a full collection of a benchmark's own heap (the rows it fetched to
-    verify views, its plans) takes 50–250 ms on a 2-core machine and otherwise lands in
-    whichever timed step allocates next — TPC-H SF 0.1's maintain after a recomputation
-    took 20–35 ms more (Q16: 27.3 ms, 2.4 in its other rounds), none of it PostgreSQL's."""
+    verify views, its plans) takes 50–250 ms on a 2-core machine (gc callbacks, TPC-H SF 0.1)
+    and would otherwise land in whichever timed step allocates next. (The larger spikes of a
+    maintain right after the recomputation were the maintainer session's plans of dropped
+    views: ``PostgresMaintainer._new_session``.)"""
     gc.collect()
     was = gc.isenabled()
     gc.disable()

@@ -61,7 +61,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 23  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 24  # bump when the compiled code's shape changes: installed views recompile
 STATS_STALE = "stats_stale"  # the companion's check before a scratch relation's ANALYZE
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
@@ -468,18 +468,34 @@ def _pruned(item: Inlined, empty: frozenset[str]) -> Inlined:
     return Inlined(s, tuple((n, prune_empty(q_, empty)) for n, q_ in item.ctes))
 
 
+@dataclass(frozen=True)
+class Run:
+    """A statement's PL/pgSQL, and where the count of rows it wrote is right after it: the
+    ``ROW_COUNT`` of ``GET DIAGNOSTICS`` (``rows`` None), or a variable (a prepared
+    statement's run, ``_prepared``, leaves no ``ROW_COUNT``)."""
+
+    text: str
+    rows: str | None = None
+
+    def count_into(self, var: str) -> str:
+        """PL/pgSQL setting ``var`` to the rows the statement wrote."""
+        if self.rows is None:
+            return f"GET DIAGNOSTICS {var} = ROW_COUNT;"
+        return f"{var} := {self.rows};"
+
+
 def _variants(item: Inlined, changes: Sequence[str], rels: Mapping[str, Relation],
-              most: int = 3, fix: Fix = _same, types: TypesOf | None = None) -> str:
+              most: int = 3, fix: Fix = _same, types: TypesOf | None = None) -> Run:
     """The statement, and a variant per subset of the base tables' change tables it reads
     being empty (up to ``most`` tables), picked at run time by their row counts: the old
     runtime's pruning, compiled. With no changes to friendlist, BSMA Q*1's pre-state
     ``friendlist − Δ ∪ pre-images`` is just friendlist, which the planner can probe."""
     gated = _exists_over(item, rels)
     if len(gated) > most or (gated and len(changes) > most):
-        return _dynamic(item, gated, rels, fix, types)
+        return Run(_dynamic(item, gated, rels, fix, types), PREPARED_ROWS)
     whole = _statement_sql(item, fix) + ";"
     if not changes or len(changes) > most:
-        return whole
+        return Run(whole)
     branches: list[str] = []
     seen = {whole}
     for mask in range(1, 2 ** len(changes)):
@@ -492,8 +508,8 @@ def _variants(item: Inlined, changes: Sequence[str], rels: Mapping[str, Relation
                             for c in changes)
         branches.append(f"{'IF' if not branches else 'ELSIF'} {cond} THEN\n  {text}")
     if not branches:
-        return whole
-    return "\n".join(branches) + f"\nELSE\n  {whole}\nEND IF;"
+        return Run(whole)
+    return Run("\n".join(branches) + f"\nELSE\n  {whole}\nEND IF;")
 
 
 def scratch_only(item: Inlined, rels: Mapping[str, Relation]) -> bool:
@@ -769,7 +785,8 @@ def _dynamic(item: Inlined, gated: set[str], rels: Mapping[str, Relation],
     placeholder replaced at run time by the test, or by FALSE when that i-diff is empty, and
     PostgreSQL's constant folding drops what only an empty i-diff fed (the branches of a
     snapshot union, NOT EXISTS over nothing): the runtime pruning of ``prune_empty``, with
-    the text rendered once. Planned at every run, which such a statement can afford."""
+    the text rendered once. Each text the run arrives at is planned once a session, as a
+    prepared statement (``_prepared``): its rows into ``PREPARED_ROWS``."""
     s = item.statement
     assert isinstance(s, Compute)
     tests: dict[str, tuple[str, str]] = {}
@@ -823,8 +840,34 @@ def _dynamic(item: Inlined, gated: set[str], rels: Mapping[str, Relation],
         if mark in text:
             lines.append(f"idivm__sql := replace(idivm__sql, {lit(mark + ' > 0')}, CASE WHEN "
                          f"{rels[rel].counter} > 0 THEN 'TRUE' ELSE 'FALSE' END);")
-    lines.append("EXECUTE idivm__sql;")
+    lines.append(_prepared("idivm__sql", PREPARED_ROWS))
     return "\n".join(lines)
+
+
+PREPARED_PREFIX = "idivm_"  # + the md5 of the statement's text: a session's prepared statement
+PREPARED_ROWS = "idivm__n"  # where ``_prepared`` leaves the rows its statement wrote
+
+
+def _prepared(sql_var: str, rows_var: str) -> str:
+    """PL/pgSQL running the INSERT in ``sql_var`` (text) as the session's prepared statement
+    of that text — prepared by the first run that arrives at the text, each later run
+    executing the plan kept with it — and putting the rows it wrote into ``rows_var``.
+    A dynamic statement's EXECUTE was planned at every run, 2–11 ms of a TPC-H SF 1 refresh
+    (Q5's six-way Δ+: 5.2 ms to plan, 16 ms to run; Q8 8.2 ms of ~35, Q20 7.4 of ~27, Q21
+    11.3). A prepared plan lives as a static statement's does: PostgreSQL plans it again
+    after an ANALYZE (``_analyze``) or a TRUNCATE of a relation it reads, and the statement
+    runs under the same settings at every run (``_hashed``, ``_delta_costs``). The EXECUTE
+    of a prepared statement leaves no ``ROW_COUNT``: the statement returns the count of the
+    rows its INSERT returned. Prepared statements are the session's (named ``PREPARED_PREFIX``
+    and the text's md5, listed in ``pg_prepared_statements``; a DISCARD or DEALLOCATE just
+    makes the next run prepare again); a recompiled view's texts name other relations."""
+    return (f"idivm__pname := {lit(PREPARED_PREFIX)} || md5({sql_var});\n"
+            "IF NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements p "
+            "WHERE p.name = idivm__pname) THEN\n"
+            "  EXECUTE format('PREPARE %I AS WITH idivm__w AS (%s RETURNING 1) "
+            f"SELECT count(*) FROM idivm__w', idivm__pname, {sql_var});\n"
+            "END IF;\n"
+            f"EXECUTE format('EXECUTE %I', idivm__pname) INTO {rows_var};")
 
 
 def _branches(q_: exp.Expr) -> list[exp.Expr]:
@@ -1254,7 +1297,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     decl = [f"{PREV} pg_snapshot;", "idivm__t0 timestamptz := clock_timestamp();",
             "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__bad text;",
             "idivm__altered boolean;", "idivm__k bigint[];",
-            "idivm__sql text;",
+            "idivm__sql text;", "idivm__pname text;",
             "idivm__nestloop text := current_setting('enable_nestloop');",
             "idivm__cputuple text := current_setting('cpu_tuple_cost');",
             "idivm__setting text;",
@@ -1387,15 +1430,15 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             script.append(_branched(it, rels[s.name], label, rels, companion, fix))
             continue
         changes = sorted(x for x in it.reads() if x in rels and x in base_changes)
-        run = _variants(it, changes, rels, fix=fix, types=types)
+        step = _variants(it, changes, rels, fix=fix, types=types)
         lines = [_comment(s.comment) + ctes, "idivm__ts := clock_timestamp();",
-                 _hashed(run) if scratch_only(it, rels) else run]
+                 _hashed(step.text) if scratch_only(it, rels) else step.text]
         if isinstance(s, Compute):
             r = rels[s.name]
-            lines += [f"GET DIAGNOSTICS {r.counter} = ROW_COUNT;",
+            lines += [step.count_into(r.counter),
                       _analyze(r, companion), _noted("rows", r.label, r.counter)]
         else:
-            lines += ["GET DIAGNOSTICS idivm__n = ROW_COUNT;",
+            lines += [step.count_into("idivm__n"),
                       _noted("applied", label, "idivm__n")]
         lines.append(_seconds_noted(label))
         block = "\n".join(lines)

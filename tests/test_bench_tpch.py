@@ -204,6 +204,46 @@ def test_parse_auto_explain_notices() -> None:
     assert explain.parse_notice("some other notice") is None
 
 
+def test_costliest_node_of_a_cte_is_inside_it() -> None:
+    """A CTE's plan (an InitPlan) runs as its scan pulls rows: its time is the scan's, not
+    beside it — the costliest node of a fold is its grouping, not ``CTE Scan on __idivm_k``."""
+    plan = {"Node Type": "Append", "Actual Total Time": 10.0, "Actual Loops": 1,
+            "Actual Rows": 5, "Plans": [
+                {"Node Type": "HashAggregate", "Subplan Name": "CTE k",
+                 "Parent Relationship": "InitPlan", "Actual Total Time": 7.0,
+                 "Actual Loops": 1, "Actual Rows": 100, "Plans": [
+                     {"Node Type": "Seq Scan", "Relation Name": "log", "Actual Total Time": 2.0,
+                      "Actual Loops": 1, "Actual Rows": 200}]},
+                {"Node Type": "CTE Scan", "CTE Name": "k", "Parent Relationship": "Member",
+                 "Actual Total Time": 8.0, "Actual Loops": 1, "Actual Rows": 4},
+                {"Node Type": "CTE Scan", "CTE Name": "k", "Parent Relationship": "Member",
+                 "Actual Total Time": 1.5, "Actual Loops": 1, "Actual Rows": 1}]}
+    # self times: append 0.5, grouping 5.0, its scan 2.0, the CTE scans 1.0 and 1.5
+    assert explain.costliest(plan) == explain.PlanNode("HashAggregate", None, None, 100, 5.0)
+
+
+def test_a_counted_prepared_statement_is_reported_as_its_insert() -> None:
+    """A Δ-script statement run as a prepared statement (its INSERT in a CTE, its rows
+    counted): reported with the INSERT's text, the rows it wrote and its costliest node."""
+    from idivm.postgres.compile import PREPARED_PREFIX, prepared_text
+
+    text = prepared_text(PREPARED_PREFIX + "0123456789abcdef" * 2, "INSERT INTO t SELECT x FROM d")
+    plan = {"Node Type": "Aggregate", "Actual Total Time": 4.0, "Actual Loops": 1,
+            "Actual Rows": 1, "Plans": [
+                {"Node Type": "ModifyTable", "Operation": "Insert", "Relation Name": "t",
+                 "Subplan Name": "CTE idivm__w", "Parent Relationship": "InitPlan",
+                 "Actual Total Time": 3.5, "Actual Loops": 1, "Actual Rows": 7, "Plans": [
+                     {"Node Type": "Seq Scan", "Relation Name": "d", "Parent Relationship":
+                      "Outer", "Actual Total Time": 1.0, "Actual Loops": 1, "Actual Rows": 7}]},
+                {"Node Type": "CTE Scan", "CTE Name": "idivm__w", "Parent Relationship": "Outer",
+                 "Actual Total Time": 3.8, "Actual Loops": 1, "Actual Rows": 7}]}
+    s = explain.parse_notice("duration: 4.100 ms  plan:\n" + json.dumps(
+        {"Query Text": text, "Plan": plan}))
+    assert s is not None
+    assert (s.sql, s.rows) == ("INSERT INTO t SELECT x FROM d", 7)
+    assert s.costliest == explain.PlanNode("ModifyTable Insert", "t", None, 7, 2.5)
+
+
 def test_costliest_node_takes_the_children_out() -> None:
     plan = {"Node Type": "ModifyTable", "Operation": "Update", "Relation Name": "v",
             "Actual Total Time": 5.0, "Actual Loops": 1, "Actual Rows": 0, "Plans": [

@@ -22,6 +22,8 @@ from typing import Any, TypeAlias
 
 import psycopg
 
+from idivm.postgres.compile import PREPARED_CTE, PREPARED_PREFIX, prepared_text
+
 Conn: TypeAlias = "psycopg.Connection[Any]"
 
 SQL_CHARS = 200  # of a statement's text kept
@@ -32,6 +34,9 @@ SETTINGS = (("client_min_messages", "notice"), ("auto_explain.log_analyze", "on"
             ("auto_explain.log_nested_statements", "on"), ("auto_explain.log_format", "json"),
             ("auto_explain.log_level", "notice"), ("auto_explain.log_min_duration", "0"))
 _DURATION = re.compile(r"duration:\s*([0-9.]+)\s*ms")
+# a Δ-script statement run as a prepared statement, its rows counted (``compile._prepared``)
+_COUNTED = re.compile(re.escape(prepared_text(PREPARED_PREFIX + "NAME", "SQL"))
+                      .replace("NAME", "[0-9a-f]{32}").replace("SQL", "(.*)"), re.S)
 _FRAME = re.compile(r"PL/pgSQL function (\S+?)(?:\(.*?\))? line (\d+)")
 
 
@@ -99,11 +104,28 @@ def _nodes(node: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
         yield from _nodes(child)
 
 
+def _cte(node: Mapping[str, Any]) -> str | None:
+    """The name of the CTE whose plan ``node`` is (an InitPlan ``CTE <name>``), else None."""
+    sub = node.get("Subplan Name")
+    return sub[4:] if isinstance(sub, str) and sub.startswith("CTE ") else None
+
+
 def costliest(plan: Mapping[str, Any]) -> PlanNode | None:
-    """The node of ``plan`` (auto_explain's ``Plan``) with the most time spent in it alone."""
+    """The node of ``plan`` (auto_explain's ``Plan``) with the most time spent in it alone.
+    A CTE's plan runs as its scans pull rows: its time is inside theirs, not beside them —
+    taken out of the scans' (the first ones, up to its total), not out of its parent's
+    (a fold's ``CTE Scan on __idivm_k`` was its grouping's time; a counted INSERT's
+    ``CTE Scan on idivm__w`` the INSERT's)."""
+    left = {name: _total_ms(n) for n in _nodes(plan) if (name := _cte(n)) is not None}
     best: PlanNode | None = None
     for n in _nodes(plan):
-        own = _total_ms(n) - sum(_total_ms(c) for c in n.get("Plans") or ())
+        own = _total_ms(n) - sum(_total_ms(c) for c in n.get("Plans") or ()
+                                 if _cte(c) is None)
+        name = n.get("CTE Name")
+        if n.get("Node Type") == "CTE Scan" and isinstance(name, str) and name in left:
+            inner = min(left[name], max(own, 0.0))
+            own -= inner
+            left[name] -= inner
         kind = str(n.get("Node Type", "?"))
         if kind == "ModifyTable" and n.get("Operation"):
             kind = f"{kind} {n['Operation']}"
@@ -128,13 +150,20 @@ def parse_notice(message: str, context: str | None = None) -> StatementPlan | No
     except json.JSONDecodeError:
         return None
     plan = doc.get("Plan") or {}
+    text = " ".join(str(doc.get("Query Text", "")).split())
     rows = _rows(plan)
+    counted = _COUNTED.fullmatch(text)
+    if counted is not None:  # the INSERT inside, its rows in a CTE: the INSERT's
+        text = counted.group(1)
+        plan_rows = [n for n in _nodes(plan) if _cte(n) == PREPARED_CTE]
+        if plan_rows:
+            plan = plan_rows[0]
     if plan.get("Node Type") == "ModifyTable":  # it returns nothing: count what it wrote
         rows = sum(_rows(c) for c in plan.get("Plans") or ()
                    if c.get("Parent Relationship") == "Outer")
     frames = _frames(context)
     return StatementPlan(
-        sql=" ".join(str(doc.get("Query Text", "")).split())[:SQL_CHARS],
+        sql=text[:SQL_CHARS],
         ms=float(m.group(1)), rows=rows,
         shared_hit=_int(plan, "Shared Hit Blocks"), shared_read=_int(plan, "Shared Read Blocks"),
         local_hit=_int(plan, "Local Hit Blocks"), local_read=_int(plan, "Local Read Blocks"),

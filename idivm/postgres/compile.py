@@ -846,6 +846,14 @@ def _dynamic(item: Inlined, gated: set[str], rels: Mapping[str, Relation],
 
 PREPARED_PREFIX = "idivm_"  # + the md5 of the statement's text: a session's prepared statement
 PREPARED_ROWS = "idivm__n"  # where ``_prepared`` leaves the rows its statement wrote
+PREPARED_CTE = "idivm__w"  # the prepared statement's CTE: the INSERT, its rows counted
+
+
+def prepared_text(name: str, sql: str) -> str:
+    """The PREPARE ``_prepared`` runs for the INSERT ``sql`` (what ``auto_explain`` reports
+    as the statement's text at each of its runs)."""
+    return (f"PREPARE {name} AS WITH {PREPARED_CTE} AS ({sql} RETURNING 1) "
+            f"SELECT count(*) FROM {PREPARED_CTE}")
 
 
 def _prepared(sql_var: str, rows_var: str) -> str:
@@ -864,8 +872,7 @@ def _prepared(sql_var: str, rows_var: str) -> str:
     return (f"idivm__pname := {lit(PREPARED_PREFIX)} || md5({sql_var});\n"
             "IF NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements p "
             "WHERE p.name = idivm__pname) THEN\n"
-            "  EXECUTE format('PREPARE %I AS WITH idivm__w AS (%s RETURNING 1) "
-            f"SELECT count(*) FROM idivm__w', idivm__pname, {sql_var});\n"
+            f"  EXECUTE format({lit(prepared_text('%I', '%s'))}, idivm__pname, {sql_var});\n"
             "END IF;\n"
             f"EXECUTE format('EXECUTE %I', idivm__pname) INTO {rows_var};")
 

@@ -155,9 +155,9 @@ def parse_notice(message: str, context: str | None = None) -> StatementPlan | No
     counted = _COUNTED.fullmatch(text)
     if counted is not None:  # the INSERT inside, its rows in a CTE: the INSERT's
         text = counted.group(1)
-        plan_rows = [n for n in _nodes(plan) if _cte(n) == PREPARED_CTE]
-        if plan_rows:
-            plan = plan_rows[0]
+        inner = [n for n in _nodes(plan) if _cte(n) == PREPARED_CTE]
+        if inner:
+            plan = inner[0]
     if plan.get("Node Type") == "ModifyTable":  # it returns nothing: count what it wrote
         rows = sum(_rows(c) for c in plan.get("Plans") or ()
                    if c.get("Parent Relationship") == "Outer")

@@ -860,9 +860,10 @@ def _prepared(sql_var: str, rows_var: str) -> str:
     """PL/pgSQL running the INSERT in ``sql_var`` (text) as the session's prepared statement
     of that text — prepared by the first run that arrives at the text, each later run
     executing the plan kept with it — and putting the rows it wrote into ``rows_var``.
-    A dynamic statement's EXECUTE was planned at every run, 2–11 ms of a TPC-H SF 1 refresh
-    (Q5's six-way Δ+: 5.2 ms to plan, 16 ms to run; Q8 8.2 ms of ~35, Q20 7.4 of ~27, Q21
-    11.3). A prepared plan lives as a static statement's does: PostgreSQL plans it again
+    A dynamic statement's EXECUTE was planned at every run: at TPC-H SF 1 (interleaved A/B,
+    the same batches) Q20's Δ+ statement 6.1 → 5.2 ms and its refresh 34.5 → 31.2, Q8's
+    Input_post snapshot 3.5 → 2.1 (a warm session plans these in 1–2 ms; a cold one in 5–11,
+    once either way). A prepared plan lives as a static statement's does: PostgreSQL plans it again
     after an ANALYZE (``_analyze``) or a TRUNCATE of a relation it reads, and the statement
     runs under the same settings at every run (``_hashed``, ``_delta_costs``). The EXECUTE
     of a prepared statement leaves no ``ROW_COUNT``: the statement returns the count of the

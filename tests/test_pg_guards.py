@@ -240,3 +240,31 @@ def test_a_dynamic_statement_is_planned_once_a_session(pg_dsn: str, pg_schema: s
             assert all(second[n] == first[n] + 1 for n in first)  # each plan run once more
             m.conn.execute("DEALLOCATE ALL")
             assert run(3).keys() == first.keys()
+
+
+def test_prepared_statements_survive_a_base_table_change(pg_dsn: str, pg_schema: str) -> None:
+    """With the session's prepared statements in place, an ALTER TABLE of a base table (a
+    column no view reads added, then an index) makes PostgreSQL plan them again at their next
+    run: the refresh after it is exact, and so are the ones after that."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        load(conn, pg_schema, 2_000)
+        with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
+            m.create_view("v_prime", V_PRIME_SQL)
+
+            def run(k: int) -> None:
+                conn.execute("UPDATE parts SET price = price + %s WHERE pid IN ('P7', 'P8')",
+                             (k,))
+                conn.execute("DELETE FROM devices_parts WHERE did = %s", (f"D{k}",))
+                m.maintain("v_prime")
+                got = Counter(tuple(r) for r in conn.execute(pgsql.SQL("SELECT * FROM {}")
+                              .format(pgsql.Identifier(pg_schema, "v_prime"))))
+                assert got == Counter(tuple(r) for r in conn.execute(V_PRIME_SQL)), k
+
+            run(1)
+            assert m.conn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name "
+                                  "LIKE 'idivm\\_%'").fetchone() != (0,)
+            conn.execute("ALTER TABLE parts ADD COLUMN note text")
+            run(2)
+            conn.execute("CREATE INDEX ON devices_parts (pid)")
+            run(3)
+            run(4)

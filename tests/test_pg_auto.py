@@ -29,7 +29,7 @@ from psycopg import sql
 from idivm.cli import main as cli_main
 from idivm.errors import IdivmError, MaintenanceError
 from idivm.postgres import PostgresMaintainer
-from idivm.postgres.compile import HISTORY_ROWS
+from idivm.postgres.compile import HISTORY_ROWS, HISTORY_TRIM
 
 try:
     from tests.pipeline_cases import VIEWS, closure, recompute_sql
@@ -250,14 +250,23 @@ def test_history_and_refresh_efficiency(env: tuple[PostgresMaintainer, Conn],
                                                          "rebuild", "id"]
 
     # bounded: the newest HISTORY_ROWS rows, and the newest recomputation and rebuild however
-    # old
+    # old, trimmed at every HISTORY_TRIM-th run that read the logs (the view's runs)
     hist = sql.Identifier(_companion(pg_schema), "refresh_history")
     conn.execute(sql.SQL("INSERT INTO {} (view, strategy, changes, seconds, reason) SELECT "
                          "'agg', 'id', 1, 0.001, 'filler' FROM generate_series(1, %s)").format(
         hist), (HISTORY_ROWS + 20,))
-    conn.execute("UPDATE t SET x = x + 1 WHERE id = 1")
-    m.maintain("agg", strategy="id")
-    kept = _history(conn, pg_schema, "agg")
+    views = sql.Identifier(_companion(pg_schema), "views")
+    for _ in range(HISTORY_TRIM):
+        runs = conn.execute(sql.SQL("SELECT runs FROM {} WHERE name = 'agg'").format(views)
+                            ).fetchone()
+        assert runs is not None
+        before = len(_history(conn, pg_schema, "agg"))
+        conn.execute("UPDATE t SET x = x + 1 WHERE id = 1")
+        m.maintain("agg", strategy="id")
+        kept = _history(conn, pg_schema, "agg")
+        if (runs[0] + 1) % HISTORY_TRIM == 0:
+            break
+        assert len(kept) == before + 1  # (not trimmed: a row more)
     assert len(kept) == HISTORY_ROWS + 2
     assert kept[0][0] == "recompute" and kept[1][0] == "rebuild"
     assert kept[-1][0] == "id" and kept[-1][1] == 2

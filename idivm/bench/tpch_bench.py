@@ -697,9 +697,9 @@ class QueryRun:
 
     def flush_statistics(self) -> None:
         """Flush both sessions' pending statistics now. A session flushes them when it goes
-        idle at least a second after its last flush, so a maintain would otherwise pay for
-        its own or an earlier run's flush (0.5–1.5 ms at SF 0.1) or not, by the time since
-        the last: every timed maintain starts just after a flush, so none pays it."""
+        idle at least a second after its last flush, before the client has its answer, so a
+        maintain would pay for a flush or not by the time since the last one: every timed
+        maintain starts just after a flush, so none pays it."""
         self.m.conn.execute("SELECT pg_stat_force_next_flush()")
         self.conn.execute("SELECT pg_stat_force_next_flush()")
 

@@ -85,7 +85,7 @@ SCRATCH_BYTES_PER_ROW = 1024
 HISTORY = "refresh_history"  # the companion's table of refreshes (``history_source``)
 HISTORY_ROWS = 100  # refreshes kept per view (and its newest recomputation, however old)
 # the history is trimmed at every HISTORY_TRIM-th run that read the logs: one DELETE of the
-# rows past HISTORY_ROWS (three index scans of the view's rows, 0.1–0.2 ms) in so many runs
+# rows past HISTORY_ROWS (three index scans of the view's rows, ~0.1 ms) in so many runs
 # rather than one a run, so a view keeps between HISTORY_ROWS and HISTORY_ROWS + HISTORY_TRIM
 HISTORY_TRIM = 16
 

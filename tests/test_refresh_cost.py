@@ -274,3 +274,15 @@ def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones() -> None:
     assert decide("auto", 30_000, 1000, far, "postgres", warm_session=True
                   ).choice == "recompute"
     assert History.from_dict(cold.as_dict()) == cold
+
+
+def test_threshold_is_kept_for_the_arguments_last_seen() -> None:
+    """A refresh with nothing pending leaves the history as it was: the next decision is the
+    threshold already computed (the same object), a new sample computes another."""
+    h = History().with_recompute(0.1, 1000).with_maintain(500, 0.01, "postgres")
+    t = threshold(1000, h, "postgres", True)
+    assert threshold(1000, History.from_dict(h.as_dict()), "postgres", True) is t
+    h2 = h.with_maintain(4000, 0.02, "postgres")
+    assert threshold(1000, h2, "postgres", True) is not t
+    assert threshold(1000, h2, "postgres", True) == threshold.__wrapped__(1000, h2, "postgres",
+                                                                          True)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -59,6 +60,7 @@ __all__ = [
     "fit",
     "fold_into_temp",
     "fold_query",
+    "KeyFold",
     "fold_by_key",
     "fold_select",
     "first_image_source",
@@ -845,27 +847,60 @@ def fold_select(table: Table, log: exp.Expr, where: exp.Expr,
     )
 
 
+@dataclass(frozen=True)
+class KeyFold:
+    """``fold_by_key``'s fold of a log into a relation, as statements run in order.
+
+    ``first`` is the whole fold when ``rest`` is None. Otherwise ``first`` holds the rows of
+    the keys a batch changed once and one *placeholder* row per key logged more often (its
+    ``__has_pre`` NULL, which no change has); when the target has placeholders
+    (``placeholders``), ``rest`` — ``fold_select`` over those keys' log rows, the keys read
+    from the target's placeholders — is inserted into it and the placeholders deleted
+    (``drop_placeholders``)."""
+
+    first: exp.Query
+    rest: exp.Query | None = None
+
+    @staticmethod
+    def placeholder() -> exp.Expr:
+        """The condition a placeholder row meets."""
+        return exp.Is(this=_col(HAS_PRE), expression=exp.null())
+
+    @classmethod
+    def placeholders(cls, target: exp.Table) -> exp.Select:
+        """A query with a row when ``target`` holds a placeholder (for ``EXISTS``)."""
+        return exp.select(exp.Literal.number(1)).from_(target.copy()).where(cls.placeholder())
+
+    @classmethod
+    def drop_placeholders(cls, target: exp.Table) -> exp.Delete:
+        """Delete ``target``'s placeholder rows."""
+        return exp.delete(target.copy(), where=cls.placeholder())
+
+
 def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
-                server_types: Mapping[str, str] | None = None,
-                again: exp.Expr | None = None) -> exp.Expr:
-    """``fold_select``'s result (PostgreSQL), by one hashed grouping of the log by key for the
-    keys a batch changes once — one row logged (an insert or a delete), or two (a 'D' and an
-    'I': an update, left out when both images are equal) — and ``fold_select``'s netting over
-    row images only for the keys logged more often (changed again in the batch, or by nested
-    statements), which also checks those. The images of a key changed once are its log rows
-    themselves, so the two folds agree; the common case skips ``fold_select``'s grouping by
-    whole images and its sort by key. Tables with a column without equality fold by
-    ``fold_select`` alone (the update test compares images). A key's images are its columns'
-    values in its one 'D' and one 'I' row, by ``companion``'s ``first_image`` aggregate (its
-    value for the keys logged more often is not used). ``again``: the condition on the log
-    rows of those keys (default ``where``) — any the rows ``where`` keeps meet, weaker where
-    ``where`` is costly per row: their fold is then of more of their images, which is exact as
-    long as each image left out could not matter (the fold's semijoins,
-    ``postgres.compile.fold_visible``)."""
+                target: exp.Table, server_types: Mapping[str, str] | None = None,
+                again: exp.Expr | None = None) -> KeyFold:
+    """``fold_select``'s result (PostgreSQL) into ``target``: by one hashed grouping of the
+    log by key for the keys a batch changes once — one row logged (an insert or a delete), or
+    two (a 'D' and an 'I': an update, left out when both images are equal) — and
+    ``fold_select``'s netting over row images only for the keys logged more often (changed
+    again in the batch, or by nested statements), which also checks those (``KeyFold``: the
+    grouping leaves a placeholder row in ``target`` per such key, whose log rows a second
+    statement folds). The images of a key changed once are its log rows themselves, so the
+    two folds agree; the common case skips ``fold_select``'s grouping by whole images and its
+    sort by key, and the grouping is read once, as it is made (read by two parts of one
+    statement, it would be materialized first). Tables with a column without equality fold
+    by ``fold_select`` alone (the update test compares images). A key's images are its
+    columns' values in its one 'D' and one 'I' row, by ``companion``'s ``first_image``
+    aggregate (its value for the keys logged more often is not used). ``again``: the
+    condition on the log rows of those keys (default ``where``) — any the rows ``where``
+    keeps meet, weaker where ``where`` is costly per row: their fold is then of more of their
+    images, which is exact as long as each image left out could not matter (the fold's
+    semijoins, ``postgres.compile.fold_visible``)."""
     types = {c.name: c.type for c in table.columns} | dict(server_types or {})
     keys, others = list(table.primary_key), list(table.non_key_columns)
     if not keys or any(_without_equality(types[c]) for c in others):
-        return fold_select(table, log, where, server_types=server_types)
+        return KeyFold(fold_select(table, log, where, server_types=server_types))
     op = _col(OP)
     is_d = exp.EQ(this=op, expression=exp.Literal.string(OP_DELETE))
     is_i = exp.EQ(this=op, expression=exp.Literal.string(OP_INSERT))
@@ -894,28 +929,31 @@ def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
     once = exp.or_(exp.EQ(this=_col(n), expression=one.copy()),
                    exp.and_(exp.EQ(this=_col(n), expression=two.copy()),
                             exp.EQ(this=_col(nd), expression=one.copy()), changed))
-    simple = (exp.select(*[_col(c) for c in keys],
-                         *[_col(f"{c}__pre") for c in others],
-                         *[_col(f"{c}__post") for c in others],
-                         exp.alias_(exp.EQ(this=_col(nd), expression=one.copy()), HAS_PRE,
-                                    quoted=True),
-                         exp.alias_(exp.EQ(this=exp.Sub(this=_col(n), expression=_col(nd)),
-                                           expression=one.copy()), HAS_POST, quoted=True))
-              .from_(exp.to_identifier(k, quoted=True)).where(once))
-    # the keys logged more often: fold_select over their log rows
-    more = exp.select(*[_col(c) for c in keys]).from_(exp.to_identifier(k, quoted=True)).where(
-        exp.GT(this=_col(n), expression=two.copy()) if not others else exp.or_(
-            exp.GT(this=_col(n), expression=two.copy()),
-            exp.and_(exp.EQ(this=_col(n), expression=two.copy()),
-                     exp.NEQ(this=_col(nd), expression=one.copy()))))
-    logged_more = exp.In(this=exp.Tuple(expressions=[_col(c) for c in keys]),
-                         query=exp.Subquery(this=more))
+    # the keys logged more often: a placeholder row each
+    more = exp.GT(this=_col(n), expression=two.copy()) if not others else exp.or_(
+        exp.GT(this=_col(n), expression=two.copy()),
+        exp.and_(exp.EQ(this=_col(n), expression=two.copy()),
+                 exp.NEQ(this=_col(nd), expression=one.copy())))
+
+    def flag(value: exp.Expr, name: str) -> exp.Expr:
+        return exp.alias_(exp.Case(ifs=[exp.If(this=exp.paren(more.copy()), true=exp.null())],
+                                   default=value), name, quoted=True)
+
+    first = (exp.select(*[_col(c) for c in keys],
+                        *[_col(f"{c}__pre") for c in others],
+                        *[_col(f"{c}__post") for c in others],
+                        flag(exp.EQ(this=_col(nd), expression=one.copy()), HAS_PRE),
+                        flag(exp.EQ(this=exp.paren(exp.Sub(this=_col(n), expression=_col(nd))),
+                                    expression=one.copy()), HAS_POST))
+             .from_(exp.Subquery(this=per_key, alias=exp.TableAlias(this=_ident(k))))
+             .where(exp.or_(exp.paren(once), exp.paren(more))))
+    logged_more = exp.In(
+        this=exp.Tuple(expressions=[_col(c) for c in keys]),
+        query=exp.Subquery(this=exp.select(*[_col(c) for c in keys]).from_(target.copy())
+                           .where(KeyFold.placeholder())))
     rest = fold_select(table, log, exp.and_((where if again is None else again).copy(),
                                             logged_more), server_types=server_types)
-    out = exp.union(simple, rest, distinct=False)
-    cte = exp.CTE(this=per_key, alias=exp.TableAlias(this=_ident(k)), materialized=True)
-    out.set("with_", exp.With(expressions=[cte]))
-    return out
+    return KeyFold(first, rest)
 
 
 def log_images(table: Table, log: exp.Expr, where: exp.Expr) -> exp.Select:
@@ -952,10 +990,18 @@ def fold_into_temp(
     returns the number of keys. Used by tests and tools; maintenance runs compiled code."""
     prev = snapshot_literal(watermark(conn, schema, table.name, view))
     log, pending = log_ref(schema, table.name), pending_predicate(prev)
-    select = fold_by_key(table, log, pending, companion_schema(schema)) if by_key else \
-        fold_select(table, log, pending)
+    into = exp.Table(this=_ident(target), db=_ident("pg_temp"))
+    select = fold_select(table, log, pending)
+    steps = fold_by_key(table, log, pending, companion_schema(schema), into) if by_key else \
+        KeyFold(select)
     conn.execute(f"DROP TABLE IF EXISTS pg_temp.{q(target)}")
-    conn.execute(f"CREATE TEMP TABLE {q(target)} AS {select.sql('postgres')}")
+    # (shaped by fold_select either way; filled as compiled maintenance fills its relation)
+    conn.execute(f"CREATE TEMP TABLE {q(target)} AS {select.sql('postgres')} WITH NO DATA")
+    conn.execute(exp.insert(steps.first, into).sql("postgres"))
+    if steps.rest is not None and conn.execute(
+            f"SELECT EXISTS ({KeyFold.placeholders(into).sql('postgres')})").fetchone() == (True,):
+        conn.execute(exp.insert(steps.rest, into).sql("postgres"))
+        conn.execute(KeyFold.drop_placeholders(into).sql("postgres"))
     row = conn.execute(f"SELECT count(*) FROM pg_temp.{q(target)}").fetchone()
     return int(row[0]) if row else 0
 

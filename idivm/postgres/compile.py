@@ -47,6 +47,7 @@ from idivm.postgres.changelog import (
     PRUNE_XIDS,
     PRUNE_XIDS_SETTING,
     XID,
+    KeyFold,
     dollar_quote,
     first_image_source,
     fold_by_key,
@@ -61,7 +62,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 25  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 26  # bump when the compiled code's shape changes: installed views recompile
 STATS_STALE = "stats_stale"  # the companion's check before a scratch relation's ANALYZE
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
@@ -1383,14 +1384,26 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             # (the keys logged more than once or twice: their images by the filter without
             # the semijoins — those keys passed them, and an image they would drop is one
             # that cannot matter)
-            fold = fold_by_key(tables[t], log_ref(schema, t), pending(t, f),
-                               companion, server_types=column_types[t], again=pending(t))
+            into = exp.table_(exp.to_identifier(r.name, quoted=True))
+            fold = fold_by_key(tables[t], log_ref(schema, t), pending(t, f), companion, into,
+                               server_types=column_types[t], again=pending(t))
             # hashed: the planner estimates the log's pending rows (one transaction id, past
             # its statistics) at one, and a nested loop of them over the keys logged more
             # often than twice rescans the per-key grouping per log row (TPC-H Q8 with a
             # second view's rows kept in the log: 12 s for 18k rows)
-            return _hashed(exp.insert(fold, exp.table_(exp.to_identifier(r.name, quoted=True)))
-                           .sql("postgres") + ";")
+            text = (_hashed(exp.insert(fold.first, into).sql("postgres") + ";") +
+                    f"\nGET DIAGNOSTICS {r.counter} = ROW_COUNT;")
+            if fold.rest is None:
+                return text
+            # the keys logged more often: their fold in, their placeholders out
+            return text + (
+                f"\nIF EXISTS ({KeyFold.placeholders(into).sql('postgres')}) THEN\n"
+                + _indent(_hashed(exp.insert(fold.rest, into).sql("postgres") + ";"), 2) +
+                f"\n  GET DIAGNOSTICS idivm__n = ROW_COUNT;\n"
+                f"  {r.counter} := {r.counter} + idivm__n;\n"
+                f"  {KeyFold.drop_placeholders(into).sql('postgres')};\n"
+                f"  GET DIAGNOSTICS idivm__n = ROW_COUNT;\n"
+                f"  {r.counter} := {r.counter} - idivm__n;\nEND IF;")
 
         run = fold_into(ff.hashed if ff is not None else None)
         if ff is not None and ff.probe is not None:
@@ -1409,7 +1422,6 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             f"IF {logged[t]} > 0 THEN\n"
             f"  idivm__ts := clock_timestamp();\n"
             f"{_indent(run, 2)}\n"
-            f"  GET DIAGNOSTICS {r.counter} = ROW_COUNT;\n"
             f"  idivm__total := idivm__total + {r.counter};\n"
             f"{_indent(_analyze(r, companion), 2)}\n"
             f"  {_seconds_noted('fold ' + t)}\n"

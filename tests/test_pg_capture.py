@@ -90,6 +90,7 @@ def test_keys_logged_more_often_are_folded_and_counted(pg_dsn: str, pg_schema: s
         q = "SELECT t.k, t.v, t.g FROM t WHERE t.v > 0"
         with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
             m.create_view("sums", q, strategy="id")
+            labels: list[frozenset[str] | None] = []
             for steps, changed in [
                 (["UPDATE t SET v = v + 1 WHERE k = 1", "UPDATE t SET v = v + 1 WHERE k = 1"],
                  1),  # updated twice
@@ -106,8 +107,14 @@ def test_keys_logged_more_often_are_folded_and_counted(pg_dsn: str, pg_schema: s
                     _run(conn, pg_schema, step)
                 stats = m.maintain("sums")
                 assert stats.changes == {"t": changed}, steps
+                # the records list every statement of the script whenever it ran, a skipped
+                # one at 0 (compile._skipped_zeros), and none when it did not
+                labels.append(frozenset(stats.idiff_rows) if changed else None)
+                assert changed or not stats.idiff_rows
                 assert maintained_rows(conn, pg_schema, "sums") == \
                     recompute_rows(conn, pg_schema, q), steps
+            ran = [x for x in labels if x is not None]
+            assert len(set(ran)) == 1 and len(ran[0]) > 1, labels
             # the scratch relations are empty after each run (no placeholder left behind)
             scratch = [r[0] for r in conn.execute(
                 "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "

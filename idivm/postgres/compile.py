@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -63,7 +62,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 27  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 28  # bump when the compiled code's shape changes: installed views recompile
 STATS_STALE = "stats_stale"  # the companion's check before a scratch relation's ANALYZE
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at
@@ -569,16 +568,18 @@ def _records_jsonb(kind: str) -> str:
             f"FROM unnest({k}, {v}) WITH ORDINALITY AS u(k, v, o))")
 
 
-def _skipped_zeros(labels: Sequence[str]) -> str:
-    """The records of the Δ-script's guarded statements before any of them runs: each
-    ``label`` at 0 once the script has run (``idivm__scripted``), nothing otherwise; the
-    records a run notes are concatenated after it (their counts win). A 0 noted by each
-    skipped statement was two array appends in PL/pgSQL per statement: 0.32 ms of a 1.9 ms
-    function run of TPC-H SF 0.1 Q2 over three changed suppliers (its 117 statements)."""
-    if not labels:
-        return "'{}'::jsonb"
-    zeros = json.dumps(dict.fromkeys(labels, 0), ensure_ascii=False, separators=(",", ":"))
-    return f"(CASE WHEN idivm__scripted THEN {lit(zeros)}::jsonb ELSE '{{}}'::jsonb END)"
+def _skipped_zeros(kind: str, labels: Sequence[str]) -> str:
+    """The ``kind`` records (``_noted``) of the Δ-script's guarded statements before any of
+    them runs: each label at 0, put first when the script starts, so that a count a run of
+    the statement notes comes later and wins (``_records_jsonb`` keeps a label's last value).
+    A 0 noted by each skipped statement was two array appends in PL/pgSQL per statement:
+    0.32 ms of a 1.9 ms function run of TPC-H SF 0.1 Q2 over three changed suppliers (its
+    117 statements). Both arrays are constants PL/pgSQL folds when it first plans them."""
+    k, v = f"idivm__{kind}_k", f"idivm__{kind}_v"
+    typ = dict(RECORDS)[kind]
+    labels = list(dict.fromkeys(labels))
+    return (f"{k} := ARRAY[{', '.join(lit(x) for x in labels)}]::text[] || {k}; "
+            f"{v} := array_fill(0::{typ}, ARRAY[{len(labels)}]) || {v};")
 
 
 def _delta_costs(text: str) -> str:
@@ -1331,7 +1332,6 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             "idivm__cputuple text := current_setting('cpu_tuple_cost');",
             "idivm__setting text;",
             "idivm__total bigint := 0;", "idivm__folded boolean := false;",
-            "idivm__scripted boolean := false;",
             "idivm__changes jsonb := '{}';",
             *[f"idivm__{kind}_{part} {typ}[] := '{{}}';" for kind, vt in RECORDS
               for part, typ in (("k", "text"), ("v", vt))],
@@ -1457,7 +1457,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             delta.append("\n".join(lines))
 
     # the Δ-script, only if some change is effective
-    script: list[str] = ["idivm__scripted := true;"]
+    script: list[str] = []
     # the statements a guard may skip: their records, 0 until a run of theirs notes its
     # count (``_skipped_zeros``), rather than a 0 noted by every skip
     zeros: dict[str, list[str]] = {"rows": [], "applied": []}
@@ -1490,6 +1490,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             zeros["rows" if isinstance(s, Compute) else "applied"].append(label)
             block = f"IF {guard} THEN\n{_indent(block, 2)}\nEND IF;"
         script.append(block)
+    script[:0] = [_skipped_zeros(kind, labels) for kind, labels in zeros.items() if labels]
 
     # scratch relations: created with the code, unlogged (nothing in them outlives a run, so
     # nothing to recover after a crash), never autovacuumed (an autovacuum's ANALYZE of the
@@ -1589,9 +1590,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     warm = f"PERFORM set_config({lit(warm_setting(tag))}, 'on', false);"
     body.append(f"IF idivm__total > 0 THEN\n  {warm}\nEND IF;" if recomputes else warm)
     body.append("RETURN jsonb_build_object('view', " + lit(name) + ", 'changes', idivm__changes,"
-                f" 'idiff_rows', {_skipped_zeros(zeros['rows'])} || {_records_jsonb('rows')}, "
-                f"'applied_rows', {_skipped_zeros(zeros['applied'])} || "
-                f"{_records_jsonb('applied')}, "
+                f" 'idiff_rows', {_records_jsonb('rows')}, "
+                f"'applied_rows', {_records_jsonb('applied')}, "
                 f"'statement_seconds', {_records_jsonb('secs')}, 'consumed', idivm__folded, "
                 "'log_rows', idivm__log, 'strategy', " + ran + ", "
                 "'decision', (CASE jsonb_typeof(idivm__decision) WHEN 'object' THEN "

@@ -1403,8 +1403,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                                server_types=column_types[t], again=pending(t))
             # hashed: the planner estimates the log's pending rows (one transaction id, past
             # its statistics) at one, and a nested loop of them over the keys logged more
-            # often than twice rescans the per-key grouping per log row (TPC-H Q8 with a
-            # second view's rows kept in the log: 12 s for 18k rows)
+            # often rescans those keys per log row (TPC-H Q8 with a second view's rows kept in
+            # the log, when they were the per-key grouping: 12 s for 18k rows)
             text = (_hashed(exp.insert(fold.first, into).sql("postgres") + ";") +
                     f"\nGET DIAGNOSTICS {r.counter} = ROW_COUNT;")
             if fold.rest is None:

@@ -168,14 +168,18 @@ class Plan:
 
 def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | None = None,
          dialect: str = "postgres", strategy: Strategy = "id",
-         schema: str | None = None, statistics: Statistics | None = None) -> Plan:
+         schema: str | None = None, statistics: Statistics | None = None,
+         merge: bool = True) -> Plan:
     """Plan deferred maintenance of ``view_sql``: ID-based (the four passes of §4), with the
     same passes over tuple-based rules (``strategy="tuple"``, the paper's baseline), or by
     recomputation (``strategy="recompute"``). ``schema``: the schema ``catalog`` describes
     (tables qualified by it are accepted; any other qualification is refused).
     ``statistics``: a backend's estimates, by which a σ over a scan that a join reads is
     stored as a cache where it keeps few of the table's rows (``planner/selective.py``;
-    ``selective.Recorded``: the choices a view was created with)."""
+    ``selective.Recorded``: the choices a view was created with). ``merge``: an operator's Δ+
+    (Δ-) i-diffs of one schema propagate as one union (``planner/instantiate.py``): fewer
+    statements, for a backend where each statement costs most; without it each propagates
+    apart, planned on its own (PostgreSQL: ``postgres.compile.MERGE``)."""
     if strategy not in STRATEGIES:
         raise IdivmError(f"unknown strategy {strategy!r}: use {', '.join(STRATEGIES)}")
     view = _rewritten(parse_view(view_sql, catalog, dialect, schema=schema), catalog)
@@ -189,7 +193,7 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
     if strategy == "recompute":
         return _recompute_plan(name, view, root, infos, catalog)
     schemas = generate(root, infos, catalog, changes, strategy)  # §5
-    dag = instantiate(root, infos, schemas, catalog, strategy)  # pass 2
+    dag = instantiate(root, infos, schemas, catalog, strategy, merge)  # pass 2
     selective = chosen(root, infos, statistics)
     comp = compose(root, infos, dag, name, selective)  # pass 3
     resolver = Resolver(root, infos, dag, comp, catalog)

@@ -85,6 +85,22 @@ SELECT
   "i"."category__post" AS "devices__category__post"
 FROM "d3" AS "i";
 
+-- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(pid, did)]
+-- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post (×2)
+-- ∘ SCAN: base i-diff as the scan's i-diff
+CREATE TEMPORARY TABLE "d38" AS
+SELECT
+  "q1_2"."did" AS "did",
+  "i"."pid" AS "pid",
+  "i"."price" AS "price"
+FROM "d6" AS "i"
+JOIN "devices_parts" AS "q1_2"
+  ON "i"."pid" = "q1_2"."pid"
+JOIN "devices" AS "q1"
+  ON "q1_2"."did" = "q1"."did"
+WHERE
+  "q1"."category" = 'phone';
+
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(pid; price_pre)]
 -- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l) (×2)
 -- ∘ SCAN: base i-diff as the scan's i-diff
@@ -104,6 +120,23 @@ SELECT
   "i"."price__post" AS "price__post"
 FROM "d8" AS "i";
 
+-- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(pid, did)]
+-- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post
+-- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post
+-- ∘ SCAN: base i-diff as the scan's i-diff
+CREATE TEMPORARY TABLE "d41" AS
+SELECT
+  "i"."did" AS "did",
+  "q1_2"."pid" AS "pid",
+  "q1_2"."price" AS "price"
+FROM "d4" AS "i"
+JOIN "parts" AS "q1_2"
+  ON "q1_2"."pid" = "i"."pid"
+JOIN "devices" AS "q1"
+  ON "i"."did" = "q1"."did"
+WHERE
+  "q1"."category" = 'phone';
+
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did, pid)]
 -- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)
 -- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
@@ -114,112 +147,77 @@ SELECT
   "i"."pid" AS "pid"
 FROM "d5" AS "i";
 
+-- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(pid, did)]
+-- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post
+-- ∘ Table 6 σ: Δ+ → σ_φ Δ+
+-- ∘ SCAN: base i-diff as the scan's i-diff
+CREATE TEMPORARY TABLE "d43" AS
+SELECT
+  "q2"."did" AS "did",
+  "q1"."pid" AS "pid",
+  "q1"."price" AS "price"
+FROM "d1" AS "i"
+CROSS JOIN "parts" AS "q1"
+JOIN "devices_parts" AS "q2"
+  ON "q1"."pid" = "q2"."pid" AND "q2"."did" = "i"."did"
+WHERE
+  (
+    "i"."category" = 'phone'
+  ) IS TRUE;
+
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did)]
 -- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
--- ∘ ∪: the i-diffs of one schema merged (their union)
 -- ∘ Table 6 σ: Δ- → σ_φ(X_pre) Δ-
 -- ∘ SCAN: base i-diff as the scan's i-diff
--- ∘ Table 6 σ: Δu → Δ- = σ_φ(X_pre) σ_¬φ(X) Δu
 CREATE TEMPORARY TABLE "d44" AS
 SELECT
-  "u"."devices__did" AS "did"
-FROM (
-  SELECT
-    "i"."did" AS "devices__did",
-    "i"."category__pre" AS "devices__category__pre"
-  FROM "d2" AS "i"
-  WHERE
-    (
-      "i"."category__pre" = 'phone'
-    ) IS TRUE
-  UNION
-  SELECT
-    "i"."devices__did" AS "devices__did",
-    "i"."devices__category__pre" AS "devices__category__pre"
-  FROM "d21" AS "i"
-  WHERE
-    (
-      "i"."devices__category__pre" = 'phone'
-    ) IS TRUE
-    AND NOT (
-      "i"."devices__category__post" = 'phone'
-    ) IS TRUE
-) AS "u";
+  "i"."did" AS "did"
+FROM "d2" AS "i"
+WHERE
+  (
+    "i"."category__pre" = 'phone'
+  ) IS TRUE;
 
--- ∪: the i-diffs of one schema merged (their union)  [Δ+(pid, did)]
--- ∘ Table 8 π: Δ+ → π_{D,f(X)} Δ+ (×3)
--- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post (×3)
--- ∘ SCAN: base i-diff as the scan's i-diff (×3)
--- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post (×2)
--- ∘ ∪: the i-diffs of one schema merged (their union)
--- ∘ Table 6 σ: Δ+ → σ_φ Δ+
--- ∘ Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)
--- ∘ Table 6 σ: rows entering σ_¬φ(X_pre) σ_φ(X) Δu
+-- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did)]
+-- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
+-- ∘ Table 6 σ: Δu → Δ- = σ_φ(X_pre) σ_¬φ(X) Δu
 CREATE TEMPORARY TABLE "d45" AS
 SELECT
-  "u"."did" AS "did",
-  "u"."pid" AS "pid",
-  "u"."price" AS "price"
-FROM (
-  SELECT
-    "q1_2"."did" AS "did",
-    "i"."pid" AS "pid",
-    "i"."price" AS "price"
-  FROM "d6" AS "i"
-  JOIN "devices_parts" AS "q1_2"
-    ON "i"."pid" = "q1_2"."pid"
-  JOIN "devices" AS "q1"
-    ON "q1_2"."did" = "q1"."did"
-  WHERE
-    "q1"."category" = 'phone'
-  UNION
-  SELECT
-    "i"."did" AS "did",
-    "q1_2"."pid" AS "pid",
-    "q1_2"."price" AS "price"
-  FROM "d4" AS "i"
-  JOIN "parts" AS "q1_2"
-    ON "q1_2"."pid" = "i"."pid"
-  JOIN "devices" AS "q1"
-    ON "i"."did" = "q1"."did"
-  WHERE
-    "q1"."category" = 'phone'
-  UNION
-  SELECT
-    "q2"."did" AS "did",
-    "q1"."pid" AS "pid",
-    "q1"."price" AS "price"
-  FROM (
-    SELECT
-      "i"."did" AS "devices__did",
-      "i"."category" AS "devices__category"
-    FROM "d1" AS "i"
-    WHERE
-      (
-        "i"."category" = 'phone'
-      ) IS TRUE
-    UNION
-    SELECT
-      "i"."devices__did" AS "devices__did",
-      "i"."devices__category__post" AS "devices__category"
-    FROM "d21" AS "i"
-    WHERE
-      (
-        NOT (
-          "i"."devices__category__pre" = 'phone'
-        ) IS TRUE
-        AND (
-          "i"."devices__category__post" = 'phone'
-        ) IS TRUE
-      )
-      AND (
-        "i"."devices__category__post" = 'phone'
-      ) IS TRUE
-  ) AS "u"
-  CROSS JOIN "parts" AS "q1"
-  JOIN "devices_parts" AS "q2"
-    ON "q1"."pid" = "q2"."pid" AND "q2"."did" = "u"."devices__did"
-) AS "u";
+  "i"."devices__did" AS "did"
+FROM "d21" AS "i"
+WHERE
+  (
+    "i"."devices__category__pre" = 'phone'
+  ) IS TRUE
+  AND NOT (
+    "i"."devices__category__post" = 'phone'
+  ) IS TRUE;
+
+-- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(pid, did)]
+-- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post
+-- ∘ Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)
+-- ∘ Table 6 σ: rows entering σ_¬φ(X_pre) σ_φ(X) Δu
+CREATE TEMPORARY TABLE "d46" AS
+SELECT
+  "q2"."did" AS "did",
+  "q1"."pid" AS "pid",
+  "q1"."price" AS "price"
+FROM "d21" AS "i"
+CROSS JOIN "parts" AS "q1"
+JOIN "devices_parts" AS "q2"
+  ON "q1"."pid" = "q2"."pid" AND "q2"."did" = "i"."devices__did"
+WHERE
+  (
+    NOT (
+      "i"."devices__category__pre" = 'phone'
+    ) IS TRUE
+    AND (
+      "i"."devices__category__post" = 'phone'
+    ) IS TRUE
+  )
+  AND (
+    "i"."devices__category__post" = 'phone'
+  ) IS TRUE;
 
 -- APPLY Δ-(pid; price_pre) to v__store (view)
 DELETE FROM "v__store" AS "v"
@@ -254,6 +252,17 @@ WHERE
       "v"."did" = "d"."did"
   );
 
+-- APPLY Δ-(did) to v__store (view)
+DELETE FROM "v__store" AS "v"
+WHERE
+  EXISTS(
+    SELECT
+      1
+    FROM "d45" AS "d"
+    WHERE
+      "v"."did" = "d"."did"
+  );
+
 -- APPLY Δu(pid; price_pre; price_post) to v__store (view)
 UPDATE "v__store" AS "v" SET "price" = "d"."price__post"
 FROM "d40" AS "d"
@@ -270,5 +279,41 @@ SELECT DISTINCT
   "d"."did" AS "did",
   "d"."pid" AS "pid",
   "d"."price" AS "price"
-FROM "d45" AS "d" ON CONFLICT("pid", "did") DO UPDATE SET "price" = "excluded"."price";
+FROM "d38" AS "d" ON CONFLICT("pid", "did") DO UPDATE SET "price" = "excluded"."price";
+
+-- APPLY Δ+(pid, did) to v__store (view)
+INSERT INTO "v__store" (
+  "did",
+  "pid",
+  "price"
+)
+SELECT DISTINCT
+  "d"."did" AS "did",
+  "d"."pid" AS "pid",
+  "d"."price" AS "price"
+FROM "d41" AS "d" ON CONFLICT("pid", "did") DO UPDATE SET "price" = "excluded"."price";
+
+-- APPLY Δ+(pid, did) to v__store (view)
+INSERT INTO "v__store" (
+  "did",
+  "pid",
+  "price"
+)
+SELECT DISTINCT
+  "d"."did" AS "did",
+  "d"."pid" AS "pid",
+  "d"."price" AS "price"
+FROM "d43" AS "d" ON CONFLICT("pid", "did") DO UPDATE SET "price" = "excluded"."price";
+
+-- APPLY Δ+(pid, did) to v__store (view)
+INSERT INTO "v__store" (
+  "did",
+  "pid",
+  "price"
+)
+SELECT DISTINCT
+  "d"."did" AS "did",
+  "d"."pid" AS "pid",
+  "d"."price" AS "price"
+FROM "d46" AS "d" ON CONFLICT("pid", "did") DO UPDATE SET "price" = "excluded"."price";
 

@@ -85,6 +85,22 @@ SELECT
   "i"."category__post" AS "devices__category__post"
 FROM "d3" AS "i";
 
+-- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(__id_parts__pid, g__expr)]
+-- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post (×2)
+-- ∘ SCAN: base i-diff as the scan's i-diff
+CREATE TEMPORARY TABLE "d38" AS
+SELECT
+  "q1_2"."did" AS "g__expr",
+  "i"."price" AS "parts__price",
+  "i"."pid" AS "__id_parts__pid"
+FROM "d6" AS "i"
+JOIN "devices_parts" AS "q1_2"
+  ON "i"."pid" = "q1_2"."pid"
+JOIN "devices" AS "q1"
+  ON "q1_2"."did" = "q1"."did"
+WHERE
+  "q1"."category" = 'phone';
+
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(__id_parts__pid; parts__price_pre)]
 -- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l) (×2)
 -- ∘ SCAN: base i-diff as the scan's i-diff
@@ -104,6 +120,23 @@ SELECT
   "i"."price__post" AS "parts__price__post"
 FROM "d8" AS "i";
 
+-- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(__id_parts__pid, g__expr)]
+-- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post
+-- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post
+-- ∘ SCAN: base i-diff as the scan's i-diff
+CREATE TEMPORARY TABLE "d41" AS
+SELECT
+  "i"."did" AS "g__expr",
+  "q1_2"."price" AS "parts__price",
+  "q1_2"."pid" AS "__id_parts__pid"
+FROM "d4" AS "i"
+JOIN "parts" AS "q1_2"
+  ON "q1_2"."pid" = "i"."pid"
+JOIN "devices" AS "q1"
+  ON "i"."did" = "q1"."did"
+WHERE
+  "q1"."category" = 'phone';
+
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(g__expr, __id_parts__pid)]
 -- ∘ Table 10 ⋈: Δ-_l passes (by the IDs of l)
 -- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
@@ -114,112 +147,77 @@ SELECT
   "i"."pid" AS "__id_parts__pid"
 FROM "d5" AS "i";
 
+-- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(__id_parts__pid, g__expr)]
+-- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post
+-- ∘ Table 6 σ: Δ+ → σ_φ Δ+
+-- ∘ SCAN: base i-diff as the scan's i-diff
+CREATE TEMPORARY TABLE "d43" AS
+SELECT
+  "q2"."did" AS "g__expr",
+  "q1"."price" AS "parts__price",
+  "q1"."pid" AS "__id_parts__pid"
+FROM "d1" AS "i"
+CROSS JOIN "parts" AS "q1"
+JOIN "devices_parts" AS "q2"
+  ON "q1"."pid" = "q2"."pid" AND "q2"."did" = "i"."did"
+WHERE
+  (
+    "i"."category" = 'phone'
+  ) IS TRUE;
+
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(g__expr)]
 -- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
--- ∘ ∪: the i-diffs of one schema merged (their union)
 -- ∘ Table 6 σ: Δ- → σ_φ(X_pre) Δ-
 -- ∘ SCAN: base i-diff as the scan's i-diff
--- ∘ Table 6 σ: Δu → Δ- = σ_φ(X_pre) σ_¬φ(X) Δu
 CREATE TEMPORARY TABLE "d44" AS
 SELECT
-  "u"."devices__did" AS "g__expr"
-FROM (
-  SELECT
-    "i"."did" AS "devices__did",
-    "i"."category__pre" AS "devices__category__pre"
-  FROM "d2" AS "i"
-  WHERE
-    (
-      "i"."category__pre" = 'phone'
-    ) IS TRUE
-  UNION
-  SELECT
-    "i"."devices__did" AS "devices__did",
-    "i"."devices__category__pre" AS "devices__category__pre"
-  FROM "d21" AS "i"
-  WHERE
-    (
-      "i"."devices__category__pre" = 'phone'
-    ) IS TRUE
-    AND NOT (
-      "i"."devices__category__post" = 'phone'
-    ) IS TRUE
-) AS "u";
+  "i"."did" AS "g__expr"
+FROM "d2" AS "i"
+WHERE
+  (
+    "i"."category__pre" = 'phone'
+  ) IS TRUE;
 
--- ∪: the i-diffs of one schema merged (their union)  [Δ+(__id_parts__pid, g__expr)]
--- ∘ Table 8 π: Δ+ → π_{D,f(X)} Δ+ (×3)
--- ∘ Table 10 ⋈: Δ+_l ⋈_φ Input_other_post (×3)
--- ∘ SCAN: base i-diff as the scan's i-diff (×3)
--- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post (×2)
--- ∘ ∪: the i-diffs of one schema merged (their union)
--- ∘ Table 6 σ: Δ+ → σ_φ Δ+
--- ∘ Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)
--- ∘ Table 6 σ: rows entering σ_¬φ(X_pre) σ_φ(X) Δu
+-- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(g__expr)]
+-- ∘ Table 10 ⋈: Δ-_r passes (by the IDs of r)
+-- ∘ Table 6 σ: Δu → Δ- = σ_φ(X_pre) σ_¬φ(X) Δu
 CREATE TEMPORARY TABLE "d45" AS
 SELECT
-  "u"."g__expr" AS "g__expr",
-  "u"."parts__price" AS "parts__price",
-  "u"."__id_parts__pid" AS "__id_parts__pid"
-FROM (
-  SELECT
-    "q1_2"."did" AS "g__expr",
-    "i"."price" AS "parts__price",
-    "i"."pid" AS "__id_parts__pid"
-  FROM "d6" AS "i"
-  JOIN "devices_parts" AS "q1_2"
-    ON "i"."pid" = "q1_2"."pid"
-  JOIN "devices" AS "q1"
-    ON "q1_2"."did" = "q1"."did"
-  WHERE
-    "q1"."category" = 'phone'
-  UNION
-  SELECT
-    "i"."did" AS "g__expr",
-    "q1_2"."price" AS "parts__price",
-    "q1_2"."pid" AS "__id_parts__pid"
-  FROM "d4" AS "i"
-  JOIN "parts" AS "q1_2"
-    ON "q1_2"."pid" = "i"."pid"
-  JOIN "devices" AS "q1"
-    ON "i"."did" = "q1"."did"
-  WHERE
-    "q1"."category" = 'phone'
-  UNION
-  SELECT
-    "q2"."did" AS "g__expr",
-    "q1"."price" AS "parts__price",
-    "q1"."pid" AS "__id_parts__pid"
-  FROM (
-    SELECT
-      "i"."did" AS "devices__did",
-      "i"."category" AS "devices__category"
-    FROM "d1" AS "i"
-    WHERE
-      (
-        "i"."category" = 'phone'
-      ) IS TRUE
-    UNION
-    SELECT
-      "i"."devices__did" AS "devices__did",
-      "i"."devices__category__post" AS "devices__category"
-    FROM "d21" AS "i"
-    WHERE
-      (
-        NOT (
-          "i"."devices__category__pre" = 'phone'
-        ) IS TRUE
-        AND (
-          "i"."devices__category__post" = 'phone'
-        ) IS TRUE
-      )
-      AND (
-        "i"."devices__category__post" = 'phone'
-      ) IS TRUE
-  ) AS "u"
-  CROSS JOIN "parts" AS "q1"
-  JOIN "devices_parts" AS "q2"
-    ON "q1"."pid" = "q2"."pid" AND "q2"."did" = "u"."devices__did"
-) AS "u";
+  "i"."devices__did" AS "g__expr"
+FROM "d21" AS "i"
+WHERE
+  (
+    "i"."devices__category__pre" = 'phone'
+  ) IS TRUE
+  AND NOT (
+    "i"."devices__category__post" = 'phone'
+  ) IS TRUE;
+
+-- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(__id_parts__pid, g__expr)]
+-- ∘ Table 10 ⋈: Δ+_r ⋈_φ Input_other_post
+-- ∘ Table 6 σ: Δ+ = σ_φ(Input_post ⋉_I Δu)
+-- ∘ Table 6 σ: rows entering σ_¬φ(X_pre) σ_φ(X) Δu
+CREATE TEMPORARY TABLE "d46" AS
+SELECT
+  "q2"."did" AS "g__expr",
+  "q1"."price" AS "parts__price",
+  "q1"."pid" AS "__id_parts__pid"
+FROM "d21" AS "i"
+CROSS JOIN "parts" AS "q1"
+JOIN "devices_parts" AS "q2"
+  ON "q1"."pid" = "q2"."pid" AND "q2"."did" = "i"."devices__did"
+WHERE
+  (
+    NOT (
+      "i"."devices__category__pre" = 'phone'
+    ) IS TRUE
+    AND (
+      "i"."devices__category__post" = 'phone'
+    ) IS TRUE
+  )
+  AND (
+    "i"."devices__category__post" = 'phone'
+  ) IS TRUE;
 
 -- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_pre) but those only i-diffs read straight touch
 CREATE TEMPORARY TABLE "v_prime__cache7__old" AS
@@ -234,7 +232,27 @@ WHERE
       EXISTS(
         SELECT
           1
-        FROM "d45" AS "z"
+        FROM (
+          SELECT
+            "z"."__id_parts__pid" AS "__id_parts__pid",
+            "z"."g__expr" AS "g__expr"
+          FROM "d38" AS "z"
+          UNION ALL
+          SELECT
+            "z"."__id_parts__pid" AS "__id_parts__pid",
+            "z"."g__expr" AS "g__expr"
+          FROM "d41" AS "z"
+          UNION ALL
+          SELECT
+            "z"."__id_parts__pid" AS "__id_parts__pid",
+            "z"."g__expr" AS "g__expr"
+          FROM "d43" AS "z"
+          UNION ALL
+          SELECT
+            "z"."__id_parts__pid" AS "__id_parts__pid",
+            "z"."g__expr" AS "g__expr"
+          FROM "d46" AS "z"
+        ) AS "z"
         WHERE
           "x"."__id_parts__pid" = "z"."__id_parts__pid" AND "x"."g__expr" = "z"."g__expr"
       )
@@ -257,7 +275,15 @@ WHERE
   OR EXISTS(
     SELECT
       1
-    FROM "d44" AS "z"
+    FROM (
+      SELECT
+        "z"."g__expr" AS "g__expr"
+      FROM "d44" AS "z"
+      UNION ALL
+      SELECT
+        "z"."g__expr" AS "g__expr"
+      FROM "d45" AS "z"
+    ) AS "z"
     WHERE
       "x"."g__expr" = "z"."g__expr"
   );
@@ -295,6 +321,17 @@ WHERE
       "v"."g__expr" = "d"."g__expr"
   );
 
+-- APPLY Δ-(g__expr) to v_prime__cache7 (cache: input of γ)
+DELETE FROM "v_prime__cache7" AS "v"
+WHERE
+  EXISTS(
+    SELECT
+      1
+    FROM "d45" AS "d"
+    WHERE
+      "v"."g__expr" = "d"."g__expr"
+  );
+
 -- APPLY Δu(__id_parts__pid; parts__price_pre; parts__price_post) to v_prime__cache7 (cache: input of γ)
 UPDATE "v_prime__cache7" AS "v" SET "parts__price" = "d"."parts__price__post"
 FROM "d40" AS "d"
@@ -311,80 +348,185 @@ SELECT DISTINCT
   "d"."g__expr" AS "g__expr",
   "d"."parts__price" AS "parts__price",
   "d"."__id_parts__pid" AS "__id_parts__pid"
-FROM "d45" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
+FROM "d38" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
+
+-- APPLY Δ+(__id_parts__pid, g__expr) to v_prime__cache7 (cache: input of γ)
+INSERT INTO "v_prime__cache7" (
+  "g__expr",
+  "parts__price",
+  "__id_parts__pid"
+)
+SELECT DISTINCT
+  "d"."g__expr" AS "g__expr",
+  "d"."parts__price" AS "parts__price",
+  "d"."__id_parts__pid" AS "__id_parts__pid"
+FROM "d41" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
+
+-- APPLY Δ+(__id_parts__pid, g__expr) to v_prime__cache7 (cache: input of γ)
+INSERT INTO "v_prime__cache7" (
+  "g__expr",
+  "parts__price",
+  "__id_parts__pid"
+)
+SELECT DISTINCT
+  "d"."g__expr" AS "g__expr",
+  "d"."parts__price" AS "parts__price",
+  "d"."__id_parts__pid" AS "__id_parts__pid"
+FROM "d43" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
+
+-- APPLY Δ+(__id_parts__pid, g__expr) to v_prime__cache7 (cache: input of γ)
+INSERT INTO "v_prime__cache7" (
+  "g__expr",
+  "parts__price",
+  "__id_parts__pid"
+)
+SELECT DISTINCT
+  "d"."g__expr" AS "g__expr",
+  "d"."parts__price" AS "parts__price",
+  "d"."__id_parts__pid" AS "__id_parts__pid"
+FROM "d46" AS "d" ON CONFLICT("__id_parts__pid", "g__expr") DO UPDATE SET "parts__price" = "excluded"."parts__price";
 
 -- snapshot: rows of v_prime__cache7 its i-diffs touch (Input_post), the APPLYs replayed on the Input_pre snapshot
 CREATE TEMPORARY TABLE "v_prime__cache7__new" AS
 SELECT
-  "y5"."g__expr" AS "g__expr",
-  "y5"."parts__price" AS "parts__price",
-  "y5"."__id_parts__pid" AS "__id_parts__pid"
+  "y9"."g__expr" AS "g__expr",
+  "y9"."parts__price" AS "parts__price",
+  "y9"."__id_parts__pid" AS "__id_parts__pid"
 FROM (
   SELECT
-    "x5"."g__expr" AS "g__expr",
-    "x5"."parts__price" AS "parts__price",
-    "x5"."__id_parts__pid" AS "__id_parts__pid"
+    "y8"."g__expr" AS "g__expr",
+    "y8"."parts__price" AS "parts__price",
+    "y8"."__id_parts__pid" AS "__id_parts__pid"
   FROM (
     SELECT
-      "x0"."g__expr" AS "g__expr",
-      CASE
-        WHEN NOT "u4"."__m" IS NULL
-        THEN "u4"."parts__price__post"
-        ELSE "x0"."parts__price"
-      END AS "parts__price",
-      "x0"."__id_parts__pid" AS "__id_parts__pid"
-    FROM "v_prime__cache7__old" AS "x0"
-    LEFT JOIN (
-      SELECT DISTINCT
-        "z"."__id_parts__pid" AS "__id_parts__pid",
-        "z"."parts__price__post" AS "parts__price__post",
-        TRUE AS "__m"
-      FROM "d40" AS "z"
-    ) AS "u4"
-      ON "x0"."__id_parts__pid" = "u4"."__id_parts__pid"
-    WHERE
-      (
+      "y7"."g__expr" AS "g__expr",
+      "y7"."parts__price" AS "parts__price",
+      "y7"."__id_parts__pid" AS "__id_parts__pid"
+    FROM (
+      SELECT
+        "y6"."g__expr" AS "g__expr",
+        "y6"."parts__price" AS "parts__price",
+        "y6"."__id_parts__pid" AS "__id_parts__pid"
+      FROM (
+        SELECT
+          "x6"."g__expr" AS "g__expr",
+          "x6"."parts__price" AS "parts__price",
+          "x6"."__id_parts__pid" AS "__id_parts__pid"
+        FROM (
+          SELECT
+            "x0"."g__expr" AS "g__expr",
+            CASE
+              WHEN NOT "u5"."__m" IS NULL
+              THEN "u5"."parts__price__post"
+              ELSE "x0"."parts__price"
+            END AS "parts__price",
+            "x0"."__id_parts__pid" AS "__id_parts__pid"
+          FROM "v_prime__cache7__old" AS "x0"
+          LEFT JOIN (
+            SELECT DISTINCT
+              "z"."__id_parts__pid" AS "__id_parts__pid",
+              "z"."parts__price__post" AS "parts__price__post",
+              TRUE AS "__m"
+            FROM "d40" AS "z"
+          ) AS "u5"
+            ON "x0"."__id_parts__pid" = "u5"."__id_parts__pid"
+          WHERE
+            (
+              (
+                NOT EXISTS(
+                  SELECT
+                    1
+                  FROM "d39" AS "z"
+                  WHERE
+                    "x0"."__id_parts__pid" = "z"."__id_parts__pid"
+                )
+                AND NOT EXISTS(
+                  SELECT
+                    1
+                  FROM "d42" AS "z"
+                  WHERE
+                    "x0"."g__expr" = "z"."g__expr" AND "x0"."__id_parts__pid" = "z"."__id_parts__pid"
+                )
+              )
+              AND NOT EXISTS(
+                SELECT
+                  1
+                FROM "d44" AS "z"
+                WHERE
+                  "x0"."g__expr" = "z"."g__expr"
+              )
+            )
+            AND NOT EXISTS(
+              SELECT
+                1
+              FROM "d45" AS "z"
+              WHERE
+                "x0"."g__expr" = "z"."g__expr"
+            )
+        ) AS "x6"
+        WHERE
+          NOT EXISTS(
+            SELECT
+              1
+            FROM "d38" AS "z"
+            WHERE
+              "x6"."__id_parts__pid" = "z"."__id_parts__pid" AND "x6"."g__expr" = "z"."g__expr"
+          )
+        UNION ALL
+        SELECT DISTINCT
+          "z"."g__expr" AS "g__expr",
+          "z"."parts__price" AS "parts__price",
+          "z"."__id_parts__pid" AS "__id_parts__pid"
+        FROM "d38" AS "z"
+      ) AS "y6"
+      WHERE
         NOT EXISTS(
           SELECT
             1
-          FROM "d39" AS "z"
+          FROM "d41" AS "z"
           WHERE
-            "x0"."__id_parts__pid" = "z"."__id_parts__pid"
+            "y6"."__id_parts__pid" = "z"."__id_parts__pid" AND "y6"."g__expr" = "z"."g__expr"
         )
-        AND NOT EXISTS(
-          SELECT
-            1
-          FROM "d42" AS "z"
-          WHERE
-            "x0"."g__expr" = "z"."g__expr" AND "x0"."__id_parts__pid" = "z"."__id_parts__pid"
-        )
-      )
-      AND NOT EXISTS(
+      UNION ALL
+      SELECT DISTINCT
+        "z"."g__expr" AS "g__expr",
+        "z"."parts__price" AS "parts__price",
+        "z"."__id_parts__pid" AS "__id_parts__pid"
+      FROM "d41" AS "z"
+    ) AS "y7"
+    WHERE
+      NOT EXISTS(
         SELECT
           1
-        FROM "d44" AS "z"
+        FROM "d43" AS "z"
         WHERE
-          "x0"."g__expr" = "z"."g__expr"
+          "y7"."__id_parts__pid" = "z"."__id_parts__pid" AND "y7"."g__expr" = "z"."g__expr"
       )
-  ) AS "x5"
+    UNION ALL
+    SELECT DISTINCT
+      "z"."g__expr" AS "g__expr",
+      "z"."parts__price" AS "parts__price",
+      "z"."__id_parts__pid" AS "__id_parts__pid"
+    FROM "d43" AS "z"
+  ) AS "y8"
   WHERE
     NOT EXISTS(
       SELECT
         1
-      FROM "d45" AS "z"
+      FROM "d46" AS "z"
       WHERE
-        "x5"."__id_parts__pid" = "z"."__id_parts__pid" AND "x5"."g__expr" = "z"."g__expr"
+        "y8"."__id_parts__pid" = "z"."__id_parts__pid" AND "y8"."g__expr" = "z"."g__expr"
     )
   UNION ALL
   SELECT DISTINCT
     "z"."g__expr" AS "g__expr",
     "z"."parts__price" AS "parts__price",
     "z"."__id_parts__pid" AS "__id_parts__pid"
-  FROM "d45" AS "z"
-) AS "y5";
+  FROM "d46" AS "z"
+) AS "y9";
 
 -- Tables 7/9/11/12 γ: per-group deltas ⋈ Output (+ Input_post for MIN/MAX)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
-CREATE TEMPORARY TABLE "d46" AS
+CREATE TEMPORARY TABLE "d47" AS
 SELECT
   "d"."g__expr" AS "g__expr",
   "o"."agg__sum" AS "agg__sum__pre",
@@ -462,7 +604,7 @@ LEFT JOIN (
 
 -- Table 8 π: Δu → π_{D', f(X)} Δu  [Δu(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id9___cnt_post, __id___nn_agg__sum_post)]
 -- ∘ γ: Δu for groups that stay (σ_isupd)  [Δu(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre; agg__sum_post, __cnt_post, __nn_agg__sum_post)]
-CREATE TEMPORARY TABLE "d50" AS
+CREATE TEMPORARY TABLE "d51" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__pre" AS "cost__pre",
@@ -471,7 +613,7 @@ SELECT
   "s"."agg__sum__post" AS "cost__post",
   "s"."__cnt__post" AS "__id9___cnt__post",
   "s"."__nn_agg__sum__post" AS "__id___nn_agg__sum__post"
-FROM "d46" AS "s"
+FROM "d47" AS "s"
 WHERE
   NOT "s"."__cnt__pre" IS NULL
   AND "s"."__cnt__post" > 0
@@ -483,25 +625,25 @@ WHERE
 
 -- Table 8 π: Δ+ → π_{D,f(X)} Δ+  [Δ+(did)]
 -- ∘ γ: Δ+ for groups created (count(*) from 0)  [Δ+(g__expr)]
-CREATE TEMPORARY TABLE "d51" AS
+CREATE TEMPORARY TABLE "d52" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__post" AS "cost",
   "s"."__cnt__post" AS "__id9___cnt",
   "s"."__nn_agg__sum__post" AS "__id___nn_agg__sum"
-FROM "d46" AS "s"
+FROM "d47" AS "s"
 WHERE
   "s"."__cnt__pre" IS NULL AND "s"."__cnt__post" > 0;
 
 -- Table 8 π: Δ- → π_{D∩(I∪A'pre)} Δ-  [Δ-(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre)]
 -- ∘ γ: Δ- for groups emptied (count(*) to 0)  [Δ-(g__expr; agg__sum_pre, __cnt_pre, __nn_agg__sum_pre)]
-CREATE TEMPORARY TABLE "d52" AS
+CREATE TEMPORARY TABLE "d53" AS
 SELECT
   "s"."g__expr" AS "did",
   "s"."agg__sum__pre" AS "cost__pre",
   "s"."__cnt__pre" AS "__id9___cnt__pre",
   "s"."__nn_agg__sum__pre" AS "__id___nn_agg__sum__pre"
-FROM "d46" AS "s"
+FROM "d47" AS "s"
 WHERE
   NOT "s"."__cnt__pre" IS NULL AND NOT "s"."__cnt__post" > 0;
 
@@ -511,14 +653,14 @@ WHERE
   EXISTS(
     SELECT
       1
-    FROM "d52" AS "d"
+    FROM "d53" AS "d"
     WHERE
       "v"."did" = "d"."did"
   );
 
 -- APPLY Δu(did; cost_pre, __id9___cnt_pre, __id___nn_agg__sum_pre; cost_post, __id9___cnt_post, __id___nn_agg__sum_post) to v_prime__store (view)
 UPDATE "v_prime__store" AS "v" SET "cost" = "d"."cost__post", "__id9___cnt" = "d"."__id9___cnt__post", "__id___nn_agg__sum" = "d"."__id___nn_agg__sum__post"
-FROM "d50" AS "d"
+FROM "d51" AS "d"
 WHERE
   "v"."did" = "d"."did";
 
@@ -534,5 +676,5 @@ SELECT DISTINCT
   "d"."cost" AS "cost",
   "d"."__id9___cnt" AS "__id9___cnt",
   "d"."__id___nn_agg__sum" AS "__id___nn_agg__sum"
-FROM "d51" AS "d" ON CONFLICT("did") DO UPDATE SET "cost" = "excluded"."cost", "__id9___cnt" = "excluded"."__id9___cnt", "__id___nn_agg__sum" = "excluded"."__id___nn_agg__sum";
+FROM "d52" AS "d" ON CONFLICT("did") DO UPDATE SET "cost" = "excluded"."cost", "__id9___cnt" = "excluded"."__id9___cnt", "__id___nn_agg__sum" = "excluded"."__id___nn_agg__sum";
 

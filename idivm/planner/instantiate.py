@@ -111,7 +111,9 @@ def merge_alike(ctx: RuleContext, node: A.Node, outs: Sequence[DiffNode],
 
 
 def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[BaseSchema],
-                catalog: Catalog, strategy: Strategy = "id") -> RuleDag:
+                catalog: Catalog, strategy: Strategy = "id", merge: bool = True) -> RuleDag:
+    """The rule DAG; ``merge``: an operator's Δ+ (Δ-) i-diffs of one schema merged into one
+    (``merge_alike``), else each propagates apart."""
     nodes = {n.nid: n for n in A.walk(root)}
     parent: dict[int, tuple[A.Node, int]] = {}
     for n in nodes.values():
@@ -151,8 +153,8 @@ def instantiate(root: A.Node, infos: Mapping[int, NodeInfo], schemas: Sequence[B
             assert rule.propagate is not None
             for idx, d in incoming[n.nid]:
                 outs += rule.propagate(ctx, n, idx, d)
-        by_node[n.nid] = merge_alike(ctx, n, [o for o in outs if o.schema.nid == n.nid],
-                                     origin)
+        mine = [o for o in outs if o.schema.nid == n.nid]
+        by_node[n.nid] = merge_alike(ctx, n, mine, origin) if merge else tuple(mine)
         if n.nid in parent:
             p, i = parent[n.nid]
             incoming[p.nid] += [(i, o) for o in by_node[n.nid]]

@@ -62,7 +62,18 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 28  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 29  # bump when the compiled code's shape changes: installed views recompile
+# the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
+# apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
+# barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
+# inserted line items, with the moved ones, probed `orders` before the region's filter
+# applied). Apart, TPC-H SF 1 refreshes (views planned each way side by side, 14 batches,
+# paired medians) took 64 ms less on Q20, 60 on Q21, 19 on Q3, 15 on Q7, 10 on Q18, within
+# ±2 ms on the rest but Q5 (7.6 ms more in 7 of 14 batches, of ~158; its buffers read 22%
+# fewer); at SF 0.1 (22 batches) 8.7 ms less on Q21 and 2.9 on Q20, up to 1.7 ms more on
+# ten views (more statements run). The stored relations are the same either way (only the
+# statements differ), so a view compiled either way recompiles in place.
+MERGE = False
 STATS_STALE = "stats_stale"  # the companion's check before a scratch relation's ANALYZE
 RANDOM_PAGE_COST = 1.1  # the maintenance function's (see ``compile_view``'s header)
 # the Δ-script's (``_delta_costs``): PostgreSQL's 0.01 prices a row scanned and hashed at

@@ -302,7 +302,8 @@ class PostgresMaintainer:
             self._plans[name] = plan(e["sql"], Catalog.from_ddl(e["catalog"]), name=name,
                                      changes=e["changes"], strategy=planned(e["strategy"]),
                                      schema=self.schema,
-                                     statistics=Recorded(frozenset(e["selective"] or ())))
+                                     statistics=Recorded(frozenset(e["selective"] or ())),
+                                     merge=compile_.MERGE)
         return self._plans[name]
 
     def definitions(self) -> dict[str, str]:
@@ -419,7 +420,7 @@ class PostgresMaintainer:
         # table's rows, by PostgreSQL's estimates now (the tuple baseline as it was)
         p = plan(view_sql, full, name=name, changes=changes, strategy=planned(strategy),
                  schema=self.schema, statistics=PgStatistics(self.conn, self.schema)
-                 if planned(strategy) == "id" else None)
+                 if planned(strategy) == "id" else None, merge=compile_.MERGE)
         for v in upstream:  # it starts from their state now (then both move together)
             self.maintain(v)
         self._check_functions(view_sql)

@@ -22,6 +22,7 @@ from idivm.plan import plan
 from idivm.planner.model import STRATEGIES
 from idivm.postgres import PostgresMaintainer
 from idivm.refresh_cost import RefreshStrategy
+from idivm.scripts_out import merges
 from idivm.spark.session import driver_conf, spark_session
 
 KINDS = ("insert", "delete", "update")
@@ -78,7 +79,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise IdivmError("--ddl and --view cannot both be read from stdin")
     catalog = Catalog.from_ddl(_read(args.ddl, "DDL file"))
     p = plan(_read(args.view, "view file"), catalog, name=args.name,
-             changes=parse_changes(args.changes), strategy=args.strategy)
+             changes=parse_changes(args.changes), strategy=args.strategy,
+             merge=merges(args.dialect))  # the script as the dialect's backend plans it
     text = p.explain() if args.explain else p.script_text(args.dialect)
     sys.stdout.write(text.rstrip("\n") + "\n")
     return 0

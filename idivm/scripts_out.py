@@ -24,6 +24,12 @@ CHANGES = {"price_updates": {"parts": ["update:price"]}, "all_changes": None}
 DIALECTS: tuple[Dialect, ...] = ("postgres", "spark")
 
 
+def merges(dialect: Dialect) -> bool:
+    """The planner's ``merge`` as ``dialect``'s backend plans: PostgreSQL's each i-diff apart
+    (``postgres.compile.MERGE``), Spark's merged."""
+    return MERGE if dialect == "postgres" else True
+
+
 def generated() -> dict[str, str]:
     """File name → content for every view × change set × dialect (PostgreSQL's planned as its
     backend plans it: each i-diff apart, ``postgres.compile.MERGE``)."""
@@ -33,8 +39,8 @@ def generated() -> dict[str, str]:
         for cname, changes in CHANGES.items():
             p = plan(sql, cat, name=vname, changes=changes)
             for dialect in DIALECTS:
-                planned = p if dialect != "postgres" or MERGE else \
-                    plan(sql, cat, name=vname, changes=changes, merge=MERGE)
+                planned = p if merges(dialect) else \
+                    plan(sql, cat, name=vname, changes=changes, merge=False)
                 out[f"{vname}.{cname}.{dialect}.sql"] = planned.script_text(dialect) + "\n"
             out[f"{vname}.{cname}.explain.txt"] = p.explain() + "\n"
     return out

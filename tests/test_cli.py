@@ -43,6 +43,21 @@ def test_plan_price_updates_only(paper_files: tuple[Path, Path],
     assert 'FROM "devices"' not in out
 
 
+@pytest.mark.parametrize("dialect", ["postgres", "spark"])
+def test_plan_prints_the_backends_script(tmp_path: Path, dialect: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`idivm plan` prints the Δ-script its dialect's backend runs (scripts_out's, which the
+    backends' tests compare): PostgreSQL's each i-diff apart, Spark's merged."""
+    ddl, view = tmp_path / "schema.sql", tmp_path / "v_prime.sql"
+    ddl.write_text(PAPER_DDL)
+    view.write_text(V_PRIME_SQL)
+    assert main(["plan", "--ddl", str(ddl), "--view", str(view), "--name", "v_prime",
+                 "--dialect", dialect]) == 0
+    expected = Path(__file__).resolve().parent.parent / "scripts_out" / \
+        f"v_prime.all_changes.{dialect}.sql"
+    assert capsys.readouterr().out == expected.read_text().rstrip("\n") + "\n"
+
+
 def test_plan_explain_and_stdin(paper_files: tuple[Path, Path],
                                 capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ import argparse
 import csv
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -88,13 +89,50 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_pg(args: argparse.Namespace) -> int:
     console = Console()
+    if args.every is not None or args.times is not None:
+        if args.action != "maintain":
+            raise IdivmError("--every and --times go with maintain")
+        if args.every is None or not args.every > 0:
+            raise IdivmError("--every needs a positive number of seconds")
+        if args.times is not None and args.times < 1:
+            raise IdivmError("--times needs a positive count")
     with PostgresMaintainer(args.dsn, schema=args.schema) as m:
-        _pg_action(m, args, console)
-        # A registry read outside maintain()'s own transaction block leaves psycopg inside an
-        # implicit transaction, which turns that block into a savepoint; commit the outer one.
-        if m.conn.info.transaction_status == TransactionStatus.INTRANS:
-            m.conn.commit()
-    return 0
+        if args.every is None:
+            _pg_action(m, args, console)
+            _end_transaction(m)
+            return 0
+        return _maintain_every(m, args, console)
+
+
+def _end_transaction(m: PostgresMaintainer) -> None:
+    # A registry read outside maintain()'s own transaction block leaves psycopg inside an
+    # implicit transaction, which turns that block into a savepoint; commit the outer one.
+    if m.conn.info.transaction_status == TransactionStatus.INTRANS:
+        m.conn.commit()
+
+
+def _maintain_every(m: PostgresMaintainer, args: argparse.Namespace, console: Console) -> int:
+    """``maintain --every S``: a refresh every S seconds (from one's start to the next's) in
+    this one session, until ``--times`` refreshes or Ctrl-C. The session keeps the compiled
+    code and its plans, which a scheduler connecting per refresh pays for at every run (the
+    README's *Where a session's first refreshes go*). Nothing stays open between refreshes
+    (no snapshot holds back the logs' pruning); a failed refresh rolls back and ends the
+    loop with its error."""
+    done = 0
+    try:
+        while True:
+            started = time.monotonic()
+            _pg_action(m, args, console)
+            _end_transaction(m)
+            done += 1
+            if args.times is not None and done >= args.times:
+                return 0
+            time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+    except KeyboardInterrupt:  # (a refresh it interrupts is cancelled and rolls back)
+        if not m.conn.closed and m.conn.info.transaction_status != TransactionStatus.IDLE:
+            m.conn.rollback()
+        console.print(f"stopped after {done} refresh(es)", style="dim")
+        return 0
 
 
 def _pg_action(m: PostgresMaintainer, args: argparse.Namespace, console: Console) -> None:
@@ -113,16 +151,19 @@ def _pg_action(m: PostgresMaintainer, args: argparse.Namespace, console: Console
     elif args.action == "maintain":
         if bool(args.name) == bool(args.all):
             raise IdivmError("maintain needs the view NAME, or --all (every view)")
+        indent = None if args.every is not None else 2  # (--every: a line a refresh)
         if args.all:
             every = {k: v.as_dict() for k, v in m.maintain_all(args.strategy).items()}
             if args.json:
-                sys.stdout.write(json.dumps(every, indent=2, default=str) + "\n")
+                sys.stdout.write(json.dumps(every, indent=indent, default=str) + "\n")
+                sys.stdout.flush()
             for d in every.values() if not args.json else ():
                 console.print(_stats_table(d))
             return
         stats = m.maintain(args.name, args.strategy)
         if args.json:
-            sys.stdout.write(json.dumps(stats.as_dict(), indent=2, default=str) + "\n")
+            sys.stdout.write(json.dumps(stats.as_dict(), indent=indent, default=str) + "\n")
+            sys.stdout.flush()
         else:
             for up in stats.upstream.values():
                 console.print(_stats_table(up.as_dict()))
@@ -529,6 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "cheaper); maintain: this refresh's strategy (default: the view's)")
     p.add_argument("--all", action="store_true",
                    help="maintain: every view, in dependency order, in one transaction")
+    p.add_argument("--every", type=float, metavar="SECONDS",
+                   help="maintain: again every SECONDS in this one session (its compiled "
+                   "code and plans stay warm) until Ctrl-C or --times; with --json, one "
+                   "line of JSON a refresh")
+    p.add_argument("--times", type=int, metavar="N", help="maintain --every: stop after N")
     p.add_argument("--cascade", action="store_true",
                    help="drop-view: also drop the views that read it")
     p.set_defaults(func=cmd_pg)

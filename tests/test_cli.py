@@ -162,6 +162,57 @@ def test_pg_round_trip(pg_dsn: str, pg_schema: str, tmp_path: Path,
     assert "no idivm view 'cost'" in capsys.readouterr().err
 
 
+def test_pg_maintain_every_keeps_one_warm_session(pg_dsn: str, pg_schema: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``maintain --every``: refreshes in one session — its first run over changes cold,
+    the next ones warm (the refresh history's ``cold``) — a JSON line each, the view right
+    after every one; nothing held open between them (a writer between refreshes)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
+        conn.execute(PAPER_DDL)
+        conn.execute(PAPER_INSTANCE)
+    view = tmp_path / "v2.sql"
+    view.write_text(V_PRIME_SQL)
+    base = ["--dsn", pg_dsn, "--schema", pg_schema]
+    assert main(["pg", "create-view", "cost", *base, "--sql-file", str(view)]) == 0
+    capsys.readouterr()
+    prices = iter([12, 13, 14])
+    naps: list[float] = []
+
+    def writer() -> None:  # an update before the first refresh and between the others
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("UPDATE {} SET price = %s WHERE pid = 'P1'").format(
+                sql.Identifier(pg_schema, "parts")), (next(prices),))
+
+    def nap(seconds: float) -> None:
+        naps.append(seconds)
+        writer()
+
+    writer()
+    monkeypatch.setattr("idivm.cli.time.sleep", nap)
+    assert main(["pg", "maintain", "cost", *base, "--json", "--every", "0.5",
+                 "--times", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(x)["changes"]["parts"] for x in lines] == [1, 1, 1]
+    assert len(naps) == 2 and all(0 <= x <= 0.5 for x in naps)
+    with psycopg.connect(pg_dsn) as conn:
+        cold = [r[0] for r in conn.execute(sql.SQL(
+            "SELECT cold FROM {} WHERE view = 'cost' AND strategy = 'id' ORDER BY id").format(
+                sql.Identifier(f"{pg_schema}__idivm", "refresh_history"))).fetchall()]
+        rows = conn.execute(sql.SQL("SELECT did, cost FROM {} ORDER BY did").format(
+            sql.Identifier(pg_schema, "cost"))).fetchall()
+    assert cold == [True, False, False]
+    assert rows == [("D1", 34), ("D2", 14)]
+    for bad, said in ((["--every", "0"], "--every needs a positive"),
+                      (["--times", "2"], "--every needs a positive"),
+                      (["--every", "1", "--times", "0"], "--times needs a positive")):
+        assert main(["pg", "maintain", "cost", *base, *bad]) == 2
+        assert said in capsys.readouterr().err
+    assert main(["pg", "status", "cost", *base, "--every", "1"]) == 2
+    assert "--every and --times go with maintain" in capsys.readouterr().err
+
+
 def test_bench_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "plan.json"
     assert main(["bench", "plan", "--repeat", "2", "--out", str(out)]) == 0

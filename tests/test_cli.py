@@ -121,15 +121,21 @@ def test_demo(pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert "MISMATCH" not in out
 
 
-def test_pg_round_trip(pg_dsn: str, pg_schema: str, tmp_path: Path,
-                       capsys: pytest.CaptureFixture[str]) -> None:
+def _paper_schema(pg_dsn: str, pg_schema: str, tmp_path: Path) -> tuple[Path, list[str]]:
+    """The paper's tables and instance in ``pg_schema``; V′'s SQL in a file; the CLI's
+    connection arguments."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
         conn.execute(PAPER_DDL)
         conn.execute(PAPER_INSTANCE)
     view = tmp_path / "v2.sql"
     view.write_text(V_PRIME_SQL)
-    base = ["--dsn", pg_dsn, "--schema", pg_schema]
+    return view, ["--dsn", pg_dsn, "--schema", pg_schema]
+
+
+def test_pg_round_trip(pg_dsn: str, pg_schema: str, tmp_path: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    view, base = _paper_schema(pg_dsn, pg_schema, tmp_path)
 
     assert main(["pg", "create-view", "cost", *base, "--sql-file", str(view),
                  "--changes", "parts=update:price"]) == 0
@@ -168,13 +174,7 @@ def test_pg_maintain_every_keeps_one_warm_session(pg_dsn: str, pg_schema: str, t
     """``maintain --every``: refreshes in one session — its first run over changes cold,
     the next ones warm (the refresh history's ``cold``) — a JSON line each, the view right
     after every one; nothing held open between them (a writer between refreshes)."""
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
-        conn.execute(PAPER_DDL)
-        conn.execute(PAPER_INSTANCE)
-    view = tmp_path / "v2.sql"
-    view.write_text(V_PRIME_SQL)
-    base = ["--dsn", pg_dsn, "--schema", pg_schema]
+    view, base = _paper_schema(pg_dsn, pg_schema, tmp_path)
     assert main(["pg", "create-view", "cost", *base, "--sql-file", str(view)]) == 0
     capsys.readouterr()
     prices = iter([12, 13, 14])

@@ -131,7 +131,8 @@ def _maintain_every(m: PostgresMaintainer, args: argparse.Namespace, console: Co
     except KeyboardInterrupt:  # (a refresh it interrupts is cancelled and rolls back)
         if not m.conn.closed and m.conn.info.transaction_status != TransactionStatus.IDLE:
             m.conn.rollback()
-        console.print(f"stopped after {done} refresh(es)", style="dim")
+        # (on stderr: with --json, stdout holds only the refreshes' JSON lines)
+        Console(stderr=True).print(f"stopped after {done} refresh(es)", style="dim")
         return 0
 
 

@@ -204,6 +204,15 @@ def test_pg_maintain_every_keeps_one_warm_session(pg_dsn: str, pg_schema: str, t
             sql.Identifier(pg_schema, "cost"))).fetchall()
     assert cold == [True, False, False]
     assert rows == [("D1", 34), ("D2", 14)]
+
+    def interrupted(seconds: float) -> None:  # Ctrl-C between two refreshes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("idivm.cli.time.sleep", interrupted)
+    assert main(["pg", "maintain", "cost", *base, "--json", "--every", "60"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["view"] == "cost"  # one JSON line: the stop is on stderr
+    assert "stopped after 1 refresh(es)" in captured.err
     for bad, said in ((["--every", "0"], "--every needs a positive"),
                       (["--times", "2"], "--every needs a positive"),
                       (["--every", "1", "--times", "0"], "--times needs a positive")):

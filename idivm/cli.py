@@ -111,6 +111,12 @@ def _end_transaction(m: PostgresMaintainer) -> None:
         m.conn.commit()
 
 
+def _wait(seconds: float) -> None:
+    """The pause between two ``--every`` refreshes (its own name, so a test replaces this
+    wait alone, not ``time.sleep`` for every thread in the process)."""
+    time.sleep(seconds)
+
+
 def _maintain_every(m: PostgresMaintainer, args: argparse.Namespace, console: Console) -> int:
     """``maintain --every S``: a refresh every S seconds (from one's start to the next's) in
     this one session, until ``--times`` refreshes or Ctrl-C. The session keeps the compiled
@@ -127,7 +133,7 @@ def _maintain_every(m: PostgresMaintainer, args: argparse.Namespace, console: Co
             done += 1
             if args.times is not None and done >= args.times:
                 return 0
-            time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+            _wait(max(0.0, args.every - (time.monotonic() - started)))
     except KeyboardInterrupt:  # (a refresh it interrupts is cancelled and rolls back)
         if not m.conn.closed and m.conn.info.transaction_status != TransactionStatus.IDLE:
             m.conn.rollback()

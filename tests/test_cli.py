@@ -190,7 +190,7 @@ def test_pg_maintain_every_keeps_one_warm_session(pg_dsn: str, pg_schema: str, t
         writer()
 
     writer()
-    monkeypatch.setattr("idivm.cli.time.sleep", nap)
+    monkeypatch.setattr("idivm.cli._wait", nap)
     assert main(["pg", "maintain", "cost", *base, "--json", "--every", "0.5",
                  "--times", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -208,7 +208,7 @@ def test_pg_maintain_every_keeps_one_warm_session(pg_dsn: str, pg_schema: str, t
     def interrupted(seconds: float) -> None:  # Ctrl-C between two refreshes
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("idivm.cli.time.sleep", interrupted)
+    monkeypatch.setattr("idivm.cli._wait", interrupted)
     assert main(["pg", "maintain", "cost", *base, "--json", "--every", "60"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["view"] == "cost"  # one JSON line: the stop is on stderr

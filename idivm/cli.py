@@ -283,11 +283,12 @@ def cmd_bench_sweep(args: argparse.Namespace) -> int:
 def cmd_bench_tpch(args: argparse.Namespace) -> int:
     from idivm.bench import tpch_bench
 
-    if args.sf <= 0 or args.rounds < 1:
-        raise IdivmError("--sf must be positive and --rounds at least 1")
+    if args.sf <= 0 or args.rounds < 1 or args.warmup < 0:
+        raise IdivmError("--sf must be positive, --rounds at least 1 and --warmup at least 0")
     return tpch_bench.run(sf=args.sf, queries=args.queries, rounds=args.rounds,
                           dsn=args.dsn, out=Path(args.out), keep=args.keep,
-                          explain=args.explain, fk_indexes=not args.no_fk_indexes)
+                          explain=args.explain, fk_indexes=not args.no_fk_indexes,
+                          warmup=args.warmup)
 
 
 def cmd_bench_dbt_suite(args: argparse.Namespace) -> int:
@@ -690,6 +691,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--queries", type=int, nargs="+", default=None, metavar="N",
                    help="query numbers (default: all 22)")
     b.add_argument("--rounds", type=int, default=3, help="refresh rounds per query (default: 3)")
+    b.add_argument("--warmup", type=int, default=2,
+                   help="rounds before the timed ones, every column maintained and verified, "
+                   "out of the medians: a refresh job's session is warm after its first "
+                   "refreshes (default: 2)")
     b.add_argument("--out", default="bench_out/tpch", help="directory of the JSON and PNG")
     b.add_argument("--dsn", default=_default_dsn(),
                    help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")

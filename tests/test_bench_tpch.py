@@ -19,7 +19,7 @@ from psycopg import sql
 from rich.console import Console
 
 from idivm.bench import explain, pgivm, tpch_bench
-from idivm.cli import build_parser
+from idivm.cli import build_parser, main
 from idivm.postgres.maintainer import PostgresMaintainer
 
 SAMPLE = Path(__file__).parent / "data" / "auto_explain_notices.json"
@@ -39,7 +39,7 @@ def test_tiny_run_verifies_every_view(pg_dsn: str, tmp_path: Path) -> None:
     schema = f"idivm_test_tpch_{uuid.uuid4().hex[:8]}"
     out = io.StringIO()
     rc = tpch_bench.run(sf=0.002, queries=[1, 3, 6], rounds=1, dsn=pg_dsn, out=tmp_path,
-                        keep=False, schema=schema, explain=True,
+                        keep=False, schema=schema, explain=True, warmup=1,
                         console=Console(file=out, width=260))
     assert rc == 0, out.getvalue()
     assert _schemas(pg_dsn, schema) == []
@@ -66,6 +66,12 @@ def test_tiny_run_verifies_every_view(pg_dsn: str, tmp_path: Path) -> None:
         assert not q["peer_failures"]
         [r] = q["rounds"]
         assert r["verified"] == {c: True for c in ("id", "tuple", "auto", "refresh", *ivm)}
+        # a warm-up round before it: every column maintained and verified, out of the medians
+        [w0] = q["warmup"]
+        assert w0["verified"] == r["verified"] and w0["id"]["s"] > 0
+        assert q["summary"]["id"]["median"] == r["id"]["s"]
+        assert q["summary"]["where_time_goes"]["cold_s"] == w0["id"]["s"]
+        assert q["summary"]["where_time_goes"]["warm_s"] == r["id"]["s"]
         assert r["auto"]["decision"]["choice"] in ("id", "recompute")
         assert r["id"]["s"] > 0 and r["tuple"]["s"] > 0 and r["recompute_s"] > 0
         assert r["refresh"]["s"] > 0 and r["apply_s"] > 0
@@ -127,7 +133,7 @@ def test_every_timed_maintain_starts_just_after_a_statistics_flush(
     monkeypatch.setattr(tpch_bench.QueryRun, "flush_statistics", flushed)
     monkeypatch.setattr(PostgresMaintainer, "maintain", maintained)
     schema = f"idivm_test_tpch_{uuid.uuid4().hex[:8]}"
-    rc = tpch_bench.run(sf=0.002, queries=[6], rounds=2, dsn=pg_dsn, out=tmp_path,
+    rc = tpch_bench.run(sf=0.002, queries=[6], rounds=2, dsn=pg_dsn, out=tmp_path, warmup=0,
                         schema=schema, console=Console(file=io.StringIO(), width=200))
     assert rc == 0
     timed = [i for i, e in enumerate(events) if e.startswith("maintain")]
@@ -146,7 +152,7 @@ def test_without_pg_ivm_the_run_says_so(pg_dsn: str, tmp_path: Path,
     schema = f"idivm_test_tpch_{uuid.uuid4().hex[:8]}"
     monkeypatch.setattr(pgivm, "unavailable", lambda dsn: "pg_ivm is not installed (test)")
     out = io.StringIO()
-    rc = tpch_bench.run(sf=0.002, queries=[6], rounds=2, dsn=pg_dsn, out=tmp_path,
+    rc = tpch_bench.run(sf=0.002, queries=[6], rounds=2, dsn=pg_dsn, out=tmp_path, warmup=0,
                         keep=False, schema=schema, console=Console(file=out, width=260))
     assert rc == 0, out.getvalue()
     assert _schemas(pg_dsn, schema) == []
@@ -186,7 +192,7 @@ def test_pg_ivm_refusals_and_a_failed_batch(pg_dsn: str, tmp_path: Path,
 
     monkeypatch.setattr(tpch_bench.PgIvmPeer, "apply", fail_second_timed)
     out = io.StringIO()
-    rc = tpch_bench.run(sf=0.002, queries=[2, 6], rounds=3, dsn=pg_dsn, out=tmp_path,
+    rc = tpch_bench.run(sf=0.002, queries=[2, 6], rounds=3, dsn=pg_dsn, out=tmp_path, warmup=0,
                         keep=False, schema=schema, console=Console(file=out, width=260))
     assert rc == 0, out.getvalue()
     assert _schemas(pg_dsn, schema) == []
@@ -391,6 +397,7 @@ def test_a_wrong_view_fails_loudly(pg_dsn: str, tmp_path: Path,
     monkeypatch.setattr(tpch_bench, "apply_batch", and_lose_a_row)
     out = io.StringIO()
     rc = tpch_bench.run(sf=0.002, queries=[1], rounds=1, dsn=pg_dsn, out=tmp_path, keep=False,
+                        warmup=0,
                         schema=schema, console=Console(file=out, width=260))
     assert rc == 1
     assert _schemas(pg_dsn, schema) == []
@@ -442,6 +449,9 @@ def test_batch_sizes_and_cli() -> None:
     assert (args.sf, args.queries, args.rounds, args.keep, args.out, args.explain) == (
         0.01, [1, 6], 2, True, "bench_out/tpch", False)
     assert build_parser().parse_args(["bench", "tpch", "--explain"]).explain is True
+    assert args.warmup == 2
+    assert build_parser().parse_args(["bench", "tpch", "--warmup", "0"]).warmup == 0
+    assert main(["bench", "tpch", "--warmup", "-1"]) == 2
     assert args.func.__name__ == "cmd_bench_tpch"
 
 
@@ -450,7 +460,8 @@ def test_a_slow_maintain_is_a_timeout_and_skips_the_rounds(
     schema = f"idivm_test_tpch_{uuid.uuid4().hex[:8]}"
     monkeypatch.setattr(tpch_bench, "MAINTAIN_LIMIT_S", 0.001)  # statement_timeout 1 ms
     out = io.StringIO()
-    rc = tpch_bench.run(sf=0.002, queries=[6], rounds=3, dsn=pg_dsn, out=tmp_path, keep=False,
+    rc = tpch_bench.run(sf=0.002, queries=[6], rounds=3, dsn=pg_dsn, out=tmp_path, warmup=0,
+                        keep=False,
                         schema=schema, console=Console(file=out, width=260))
     assert rc == 0, out.getvalue()  # reported, not failed
     assert _schemas(pg_dsn, schema) == []
@@ -459,3 +470,32 @@ def test_a_slow_maintain_is_a_timeout_and_skips_the_rounds(
     assert len(q["rounds"]) == 1 and q["skipped_rounds"] == 2
     assert any("cancelled" in t for t in q["timeouts"])
     assert "rounds skipped" in out.getvalue()
+
+
+def test_a_column_that_times_out_leaves_and_the_others_go_on(
+        pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A maintain cancelled by its statement_timeout takes its column out of the query's later
+    rounds; the other columns keep their rounds (Q21's tuple maintain, cancelled at 60 s, had
+    ended its rounds after the first: its id figure was one cold refresh)."""
+    schema = f"idivm_test_tpch_{uuid.uuid4().hex[:8]}"
+    maintain = PostgresMaintainer.maintain
+
+    def tuple_times_out(self: PostgresMaintainer, name: str, *a: Any, **k: Any) -> Any:
+        if name.endswith("_tuple"):
+            raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+        return maintain(self, name, *a, **k)
+
+    monkeypatch.setattr(PostgresMaintainer, "maintain", tuple_times_out)
+    out = io.StringIO()
+    rc = tpch_bench.run(sf=0.002, queries=[6], rounds=3, dsn=pg_dsn, out=tmp_path, warmup=1,
+                        keep=False, schema=schema, console=Console(file=out, width=260))
+    assert rc == 0, out.getvalue()  # reported, not failed
+    q = json.loads((tmp_path / "tpch.json").read_text())["queries"]["6"]
+    assert "skipped_rounds" not in q and len(q["rounds"]) == 3
+    rounds = [*q["warmup"], *q["rounds"]]
+    ivm = ["pg_ivm"] if _pg_ivm(pg_dsn) else []
+    assert all(r["verified"] == {c: True for c in ("id", "auto", "refresh", *ivm)}
+               for r in rounds)
+    assert [t.split(":")[0] for t in q["timeouts"]] == ["warm-up 1 maintain tuple"]
+    assert q["summary"]["verified"] == "timeout" and q["summary"]["tuple"] is None
+    assert q["summary"]["id"]["median"] > 0

@@ -8,8 +8,10 @@ message; any other exception is a planner bug, recorded as a "planner exception"
 type and message, and the run goes on.
 
 Per accepted query: the plan time (median of 3), the Δ-script's lines, the create time of an
-``id`` and a ``tuple`` view (``q<N>_id``, ``q<N>_tuple``), then ``rounds`` refresh rounds. A
-round is one batch in TPC-H's shape, applied in one transaction:
+``id`` and a ``tuple`` view (``q<N>_id``, ``q<N>_tuple``), then ``warmup`` rounds and
+``rounds`` timed refresh rounds; the warm-up rounds run and verify every column as a timed
+round does, but stay out of the medians (``QueryRun.rounds``). A round is one batch in
+TPC-H's shape, applied in one transaction:
 
 - RF1: 0.1% new orders (keys beyond the largest) copied from random existing orders with a
   perturbed date, customer and price, each with its source order's 1–7 lineitems;
@@ -54,8 +56,9 @@ every statement the compiled function runs, with its time, rows, buffers and cos
 node, goes into the JSON, the slowest are printed; the view is verified after it as after a
 round.
 
-A maintain over ``MAINTAIN_LIMIT_S`` (or a ``create_view`` over ``CREATE_LIMIT_S``) is recorded
-as a timeout and the query's remaining rounds are skipped; the limits are also the
+A maintain over ``MAINTAIN_LIMIT_S`` is recorded as a timeout and its column leaves the query's
+later rounds (the query's remaining rounds are skipped when no view is left to maintain, and
+all of them when a ``create_view`` took over ``CREATE_LIMIT_S``); the limits are also the
 ``statement_timeout`` of the maintainer's connection. Every benchmark connection runs with
 ``jit = off``, as idivm's compiled maintenance does.
 
@@ -730,18 +733,18 @@ class QueryRun:
                 self.rec["mismatches"].append({"view": self.name(col), "where": where, **cmp})
         return out
 
-    def _failed(self, r: int, what: str, e: BaseException, took: float, limit: float,
+    def _failed(self, where: str, what: str, e: BaseException, took: float, limit: float,
                 into: list[str] | None = None) -> None:
         """A failed maintain (or, ``into`` ``peer_failures``, a failed peer), recorded."""
         if _timed_out(e):
-            msg = f"round {r + 1} {what}: cancelled after {took:.0f} s (statement_timeout " \
+            msg = f"{where} {what}: cancelled after {took:.0f} s (statement_timeout " \
                   f"{limit:g} s)"
             (self.rec["timeouts"] if into is None else into).append(msg)
         else:
             (self.rec["errors"] if into is None else into).append(
-                f"round {r + 1} {what}: {_err(e)}")
+                f"{where} {what}: {_err(e)}")
 
-    def _peer(self, r: int, col: str, batch: Batch, live: list[str]) -> dict[str, float] | None:
+    def _peer(self, where: str, col: str, batch: Batch, live: list[str]) -> dict[str, float] | None:
         """One peer's turn: ``REFRESH MATERIALIZED VIEW``, or the batch on pg_ivm's copy
         (its IMMV maintained in the triggers). A failure is recorded and the peer leaves the
         query's rounds; pg_ivm's copy then gets the batch without the IMMV."""
@@ -755,7 +758,7 @@ class QueryRun:
             return {"s": self.peer.apply(batch, timed=True)}
         except psycopg.Error as e:  # recorded (not idivm's failure), the run goes on
             took = time.perf_counter() - t0
-            self._failed(r, col, e, took,
+            self._failed(where, col, e, took,
                          RECOMPUTE_TIMEOUT_S if col == "refresh" else MAINTAIN_LIMIT_S,
                          self.rec["peer_failures"])
             live.remove(col)
@@ -764,37 +767,46 @@ class QueryRun:
                 self.peer.apply(batch)  # rolled back with the failure: the copy stays equal
             return None
 
-    def rounds(self, rounds: int, live: list[str]) -> None:
-        """``live``: the columns maintained (until one fails or times out)."""
+    def rounds(self, rounds: int, live: list[str], warmup: int = 0) -> None:
+        """``live``: the columns maintained (until one fails or times out). ``warmup`` rounds
+        first, each a batch and every column maintained and verified as in a timed round, kept
+        apart (``warmup``) and out of the medians: a refresh job's session plans its
+        statements at its first refreshes and reuses the plans at the later ones (the
+        README's *Where a session's first refreshes go*); the first of them is the view's
+        cold refresh (``where_time_goes``)."""
         self._say("verify after create")
         _, expected = self.recompute()
         self.rec["rows_initial"] = len(expected)
         self.rec["verified_initial"] = self.verify(  # (the materialized view is not filled)
             "after create", expected, [c for c in live if c != "refresh"])
-        for r in range(rounds):
-            self._say(f"round {r + 1}/{rounds}")
+        self.rec["warmup"] = []
+        for r in range(warmup + rounds):
+            timed = r >= warmup
+            k = r - warmup if timed else r
+            where = f"round {k + 1}" if timed else f"warm-up {k + 1}"
+            self._say(f"{where}/{rounds if timed else warmup}")
             batch = self.refresher.build()
-            order = round_order(r, live)
+            order = round_order(k, live)
             with gc_paused():  # (the round's timed steps)
-                rec, expected_rows, stop = self._round(r, batch, order, live)
+                rec, expected_rows = self._round(k, where, batch, order, live)
             assert expected_rows is not None
-            rec["verified"] = self.verify(f"round {r + 1}", expected_rows,
-                                          [c for c in live if c in rec])
-            self.rec["rounds"].append(rec)
-            if stop or not any(c in live for c in STRATEGIES):
-                if r + 1 < rounds:
-                    self.rec["skipped_rounds"] = rounds - r - 1
+            rec["verified"] = self.verify(where, expected_rows, [c for c in live if c in rec])
+            (self.rec["rounds"] if timed else self.rec["warmup"]).append(rec)
+            if not any(c in live for c in STRATEGIES):
+                if k + 1 < rounds or not timed:
+                    self.rec["skipped_rounds"] = rounds - (k + 1 if timed else 0)
                 break
 
-    def _round(self, r: int, batch: Batch, order: Sequence[str], live: list[str]
-               ) -> tuple[dict[str, Any], list[tuple[Any, ...]] | None, bool]:
-        """Round ``r``'s timed steps: the batch, then the columns in ``order``; its record,
-        the recomputed rows and whether the query's rounds stop (a failure, a timeout)."""
+    def _round(self, r: int, where: str, batch: Batch, order: Sequence[str],
+               live: list[str]) -> tuple[dict[str, Any], list[tuple[Any, ...]] | None]:
+        """Round ``r``'s timed steps: the batch, then the columns in ``order``; its record and
+        the recomputed rows. A column whose maintain fails or times out leaves ``live`` (the
+        others go on: Q21's tuple maintain cancelled at 60 s had ended its rounds after the
+        first, leaving its id column one cold refresh)."""
         rec: dict[str, Any] = {"round": r + 1, "batch": batch.counts, "order": list(order),
                                "apply_s": apply_batch(self.conn, batch)}
         if self.peer is not None and "pg_ivm" not in live:  # untimed: the copy follows
             rec["pg_ivm_copy_s"] = self.peer.apply(batch)
-        stop = False
         expected_rows: list[tuple[Any, ...]] | None = None
         for col in order:
             if col == "recompute":
@@ -804,7 +816,7 @@ class QueryRun:
             if col not in live:
                 continue
             if col in PEERS:
-                took_peer = self._peer(r, col, batch, live)
+                took_peer = self._peer(where, col, batch, live)
                 if took_peer is not None:
                     rec[col] = took_peer
                 continue
@@ -816,10 +828,9 @@ class QueryRun:
             try:
                 stats = self.m.maintain(self.name(col))
             except Exception as e:  # recorded, the run goes on
-                self._failed(r, f"maintain {col}", e, time.perf_counter() - t0,
+                self._failed(where, f"maintain {col}", e, time.perf_counter() - t0,
                              MAINTAIN_LIMIT_S)
                 live.remove(col)
-                stop = True
                 continue
             took = time.perf_counter() - t0
             rec[col] = {"s": took, "stats_s": stats.seconds,
@@ -831,10 +842,10 @@ class QueryRun:
                 rec[col]["decision"] = stats.decision
             rec[col]["rows_read"] = read_since(before, self.reads())
             if took > MAINTAIN_LIMIT_S:
-                self.rec["timeouts"].append(f"round {r + 1} maintain {col}: {took:.0f} s > "
+                self.rec["timeouts"].append(f"{where} maintain {col}: {took:.0f} s > "
                                             f"{MAINTAIN_LIMIT_S:.0f} s")
-                stop = True
-        return rec, expected_rows, stop
+                live.remove(col)
+        return rec, expected_rows
 
     def explain(self, live: list[str]) -> None:
         """One more batch (untimed), the id view's maintain under ``auto_explain``: every
@@ -946,10 +957,13 @@ def where_time_goes(q: dict[str, Any]) -> dict[str, Any] | None:
     changes = sum((r.get("log_rows") or r["changes"]).values())
     view_rows = sum(v for k, v in r["applied_rows"].items() if k.endswith("__store"))
     top = sorted(r["statement_seconds"], key=lambda x: -x[1])[:3]
-    # the first maintain of a view in a session creates its temporary tables and plans its
-    # statements; the later ones reuse both
-    ids = [x["id"]["s"] for x in q["rounds"] if "id" in x]
-    warm = statistics.median(ids[1:]) if len(ids) > 1 else None
+    # the first maintain of a view in a session plans its statements, the later ones reuse
+    # the plans: the first refresh (of the warm-up rounds when there were any) against the
+    # timed rounds after it
+    ids = [x["id"]["s"] for x in (*q.get("warmup", ()), *q["rounds"]) if "id" in x]
+    timed = [x["id"]["s"] for x in q["rounds"] if "id" in x]
+    later = timed if q.get("warmup") else timed[1:]
+    warm = statistics.median(later) if later else None
     return {"changes": changes, "read": by_kind, "read_total": sum(by_kind.values()),
             "view_rows_changed": view_rows, "must_read": changes + view_rows,
             "seconds": r["s"], "cold_s": ids[0], "warm_s": warm,
@@ -1277,12 +1291,13 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
         dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres",
         out: Path = Path("bench_out/tpch"), keep: bool = False, *,
         schema: str = DEFAULT_SCHEMA, seed: int = SEED, explain: bool = False,
-        fk_indexes: bool = True, console: Console | None = None) -> int:
+        fk_indexes: bool = True, warmup: int = 2, console: Console | None = None) -> int:
     """Run the benchmark; print the table, write ``tpch.json`` and ``tpch.png`` into ``out``.
     Returns the exit code: 0 when every view verified, 1 on a mismatch, a planner exception
     or an error (timeouts are reported, not failed). ``explain``: each query's id maintain
     once more under ``auto_explain`` after its rounds; ``fk_indexes``: index the foreign keys
-    (``FK_INDEXES``) in the benchmark schema and pg_ivm's copy. The schema (with its ``__idivm``
+    (``FK_INDEXES``) in the benchmark schema and pg_ivm's copy; ``warmup``: rounds before the
+    timed ones, verified, out of the medians (``QueryRun.rounds``). The schema (with its ``__idivm``
     companion and pg_ivm's ``_pgivm`` copy) is dropped at the end, also on error, unless
     ``keep`` (then views that failed to verify are kept too)."""
     c = console or Console()
@@ -1292,15 +1307,16 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
     unknown = [n for n in wanted if n not in all_sql]
     if unknown:
         raise IdivmError(f"unknown TPC-H queries {unknown}: choose from 1–22")
-    if sf <= 0 or rounds < 1:
-        raise IdivmError("sf must be positive and rounds at least 1")
+    if sf <= 0 or rounds < 1 or warmup < 0:
+        raise IdivmError("sf must be positive, rounds at least 1 and warmup at least 0")
     if len(f"{schema}__idivm".encode()) > 63:
         raise IdivmError(f"schema name {schema!r} is too long")
     server = _server(dsn)
     import duckdb
 
     result: dict[str, Any] = {"config": {
-        "sf": sf, "rounds": rounds, "queries": wanted, "seed": seed, "schema": schema,
+        "sf": sf, "rounds": rounds, "warmup": warmup, "queries": wanted, "seed": seed,
+        "schema": schema,
         "plan_repeat": PLAN_REPEAT, "maintain_limit_s": MAINTAIN_LIMIT_S,
         "create_limit_s": CREATE_LIMIT_S, "jit": "off on every benchmark connection",
         "compare": f"multisets; fractional columns to {SIGNIFICANT} significant digits",
@@ -1313,7 +1329,8 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
                  "the logged schema; pg_ivm: the batch on pg_ivm's copy with its IMMV",
     }, "queries": {}}
     c.rule(f"[bold]idivm bench tpch: TPC-H SF {sf:g} on PostgreSQL {server['version']}[/bold]")
-    c.print(f"queries {', '.join(map(str, wanted))}; {rounds} round(s) each; schema {schema}")
+    c.print(f"queries {', '.join(map(str, wanted))}; {rounds} timed round(s) each after "
+            f"{warmup} warm-up round(s); schema {schema}")
     progress = Progress(SpinnerColumn(finished_text="[green]✓[/green]"),
                         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=c)
@@ -1354,7 +1371,7 @@ def run(sf: float = 0.1, queries: list[int] | None = None, rounds: int = 3,
                     try:
                         live = run_.create()
                         if live:
-                            run_.rounds(rounds, live)
+                            run_.rounds(rounds, live, warmup)
                             if explain:
                                 run_.explain(live)
                     except (psycopg.Error, IdivmError) as e:  # recorded, the run goes on

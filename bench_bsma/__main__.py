@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--d-sweep", type=int, nargs="*", default=None,
                    help="also run the User workload at these diff sizes (default on "
                    "PostgreSQL: 500)")
+    r.add_argument("--warmup", type=int, default=None,
+                   help="User-workload batches before the measured ones, every view maintained "
+                   "and verified, not measured (default: 1 on PostgreSQL, 0 on Spark)")
     r.add_argument("--no-cold", action="store_true",
                    help="PostgreSQL: skip the cold pass (server restart, OS caches dropped)")
     r.add_argument("--dsn", help="PostgreSQL DSN (default: $IDIVM_DSN or the local server)")
@@ -66,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                          list(WORKLOADS) if args.backend == "postgres" else ["users"]),
                      strategies=args.strategies, repeat=args.repeat, d=args.d,
                      d_sweep=d_sweep, cold=not args.no_cold, dsn=args.dsn,
-                     master=args.master, console=console)
+                     master=args.master, console=console,
+                     warmup=args.warmup if args.warmup is not None else (
+                         1 if args.backend == "postgres" else 0))
         bad = [m for m in report["measurements"] if not m["verified"]]
         return 1 if bad else 0
     from bench_bsma.sweeps import sweep

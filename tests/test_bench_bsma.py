@@ -81,3 +81,16 @@ def test_parts_devices_sweep_on_postgres(pg_dsn: str, pg_schema: str, tmp_path: 
     assert [e["value"] for e in report["sweeps"]["j"]] == VALUES["j"]
     assert (tmp_path / "sweeps_postgres.json").exists()
     assert (tmp_path / "sweep_j_postgres.png").exists()
+
+
+@pytest.mark.postgres
+def test_warmup_batches_are_verified_not_measured(pg_dsn: str, pg_schema: str,
+                                                  tmp_path: Path) -> None:
+    """``warmup``: User-workload batches before the measured ones, every view maintained and
+    verified (a difference raises), none in the measurements."""
+    report = run("postgres", 0.0002, tmp_path, views=["q7"], workloads=["users"], repeat=1,
+                 d=5, cold=False, dsn=pg_dsn, pg_schema=f"{pg_schema}_bsma", warmup=2,
+                 console=Console(file=io.StringIO()))
+    assert report["config"]["warmup"] == 2
+    _check(report, tmp_path, ["users"], ["q7"])
+    assert len(report["measurements"]) == len(STRATEGIES)  # one measured round each

@@ -284,3 +284,36 @@ def test_a_larger_batch_still_probes_by_ids(pg_dsn: str, pg_schema: str) -> None
     assert not scans, f"stored relations scanned whole: {scans}"
     # the named orders' cached rows (~0.5 per order), read by each statement that needs them
     assert got["rows"] <= 12_000, got
+
+
+def test_scratch_relations_are_analyzed_with_a_small_sample(pg_dsn: str, pg_schema: str
+                                                            ) -> None:
+    """The maintenance function ANALYZEs a scratch relation when the planner's estimate of it
+    has drifted (``compile._analyze``), at ``SCRATCH_STATISTICS_TARGET`` (its plans need row
+    counts and the keys' distinct counts, not 100-bucket histograms): batches of 5,000 new
+    rows, maintained one by one, leave statistics of at most that many buckets, and the
+    session's own setting as it was."""
+    from idivm.postgres.compile import SCRATCH_STATISTICS_TARGET
+
+    companion = f"{pg_schema}__idivm"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, g int NOT NULL, v int NOT NULL);"
+                     "CREATE TABLE d (g int PRIMARY KEY, name text NOT NULL);"
+                     "INSERT INTO d SELECT g, 'g' || g FROM generate_series(0, 96) g")
+        with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
+            m.create_view("v", "SELECT t.id, t.v, d.name FROM t JOIN d ON d.g = t.g")
+            for k in range(5):
+                conn.execute("INSERT INTO t SELECT g, g %% 97, g %% 13 FROM "
+                             "generate_series(%s::int, %s::int) g",
+                             (k * 5000 + 1, (k + 1) * 5000))
+                m.maintain("v")
+            assert m.conn.execute("SHOW default_statistics_target").fetchone() == ("100",)
+        buckets = conn.execute(
+            "SELECT s.tablename, cardinality(s.histogram_bounds::text::text[]) FROM pg_stats s "
+            "WHERE s.schemaname = %s AND s.tablename LIKE '\\_\\_iv%%' "
+            "AND s.histogram_bounds IS NOT NULL", (companion,)).fetchall()
+        assert buckets, "no scratch relation was analyzed with rows"
+        # (at the server's default target, 100, these columns of 5,000 values get 101 bounds)
+        assert max(n for _, n in buckets) <= SCRATCH_STATISTICS_TARGET + 1 < 101, buckets
+        assert conn.execute("SELECT count(*) FROM v").fetchone() == (25_000,)

@@ -9,11 +9,14 @@ The rewrites, each a small function over the script, applied in order:
 1. ``split_snapshot_or`` — a snapshot ``WHERE EXISTS(Δ1 …) OR EXISTS(Δ2 …)`` becomes a UNION of
    one semi-join per i-diff, so each branch is driven by its (small) i-diff through the stored
    relation's ID index instead of a scan of the whole cache;
-2. ``rename_temporaries`` — i-diffs, snapshots and folded change tables get per-compilation
+2. ``semijoins_through_keys`` — an EXISTS that reaches a stored relation only through a base
+   table's key gets the semijoin it implies on the i-diff's own column beside it (an
+   equivalent condition the planner can apply first);
+3. ``rename_temporaries`` — i-diffs, snapshots and folded change tables get per-compilation
    names: the view's *scratch relations*, unlogged tables of the companion schema created with
    the code (not per session: a session's first maintain used to spend 100–200 ms creating
    them), used by one maintain of the view at a time (its lock) and emptied by it;
-3. ``inline_single_use`` — a relation read by one later statement becomes a CTE of that
+4. ``inline_single_use`` — a relation read by one later statement becomes a CTE of that
    statement (PostgreSQL inlines it), unless an APPLY between them changes what it reads.
 
 What stays a scratch relation is filled once per run; its row count decides at run time whether

@@ -592,6 +592,14 @@ def test_reserved_column_refused(_cl_conn: psycopg.Connection, _cl_schema: str) 
     with pytest.raises(CatalogError, match="reserved"):
         cl.install(conn, s, t, "v")
     assert conn.execute("SELECT to_regnamespace(%s)", (f"{s}__idivm",)).fetchone() == (None,)
+    # a column named as the compiled maintenance's variables (its log scans' unqualified
+    # references would be ambiguous: every maintain failed)
+    t2 = Table(name="bad2", columns=(Column("k", "integer", False),
+                                     Column("idivm__prev", "int", True)),
+               primary_key=("k",), foreign_keys=())
+    create(conn, s, t2)
+    with pytest.raises(CatalogError, match="idivm__prev are reserved"):
+        cl.install(conn, s, t2, "v")
 
 
 def test_fold_query_shape_and_spark_rendering() -> None:
@@ -667,3 +675,60 @@ def test_fold_by_key_images_of_every_kind_of_type(
                              (rng.choice(keys),))
         apply_changes(state, t, fold(conn, s, t, "v"))
         assert state == snapshot(conn, s, t), f"batch {batch}"
+
+
+def _counts(conn: psycopg.Connection, s: str) -> dict[str, int]:
+    """The logging statements' counts (``log_counts``) added up per writing transaction."""
+    return {str(x): int(n) for x, n in conn.execute(sql.SQL(
+        "SELECT {}::text, sum(n) FROM {} GROUP BY 1").format(
+            ident(cl.XID), ident(f"{s}__idivm", cl.COUNTS))).fetchall()}
+
+
+def _logged(conn: psycopg.Connection, s: str, t: Table) -> dict[str, int]:
+    return {str(x): int(n) for x, n in conn.execute(sql.SQL(
+        "SELECT {}::text, count(*) FROM {} GROUP BY 1").format(
+            ident(cl.XID), ident(f"{s}__idivm", f"log__{t.name}"))).fetchall()}
+
+
+T_NAMED = Table(  # columns named as the counts' columns
+    name="named",
+    columns=(Column("k", "integer", False), Column("n", "integer", True),
+             Column("tbl", "text", True), Column("v", "integer", True)),
+    primary_key=("k",),
+    foreign_keys=(),
+)
+
+
+@pytest.mark.parametrize("t", [T_SIMPLE, T_NAMED], ids=["odd name", "variables' names"])
+def test_logging_statements_count_their_rows(_cl_conn: psycopg.Connection, _cl_schema: str,
+                                             t: Table) -> None:
+    """Each logging statement adds how many rows it logged to ``log_counts`` (its writer's
+    xid): per transaction they add up to the log's rows — INSERT, an UPDATE's images that
+    do not cancel, DELETE, TRUNCATE, several statements in one transaction; a statement that
+    logs nothing counts nothing; a prune takes the counts with the rows."""
+    conn, s = _cl_conn, _cl_schema
+    create(conn, s, t)
+    base = ident(s, t.name)
+    cl.install(conn, s, t, "v")
+    values = "g, g::text" if t is T_SIMPLE else "g, g, 'x', g"
+    conn.execute(sql.SQL("INSERT INTO {} SELECT " + values + " FROM generate_series(1, 20) g")
+                 .format(base))
+    other = ident(t.columns[1].name)
+    with conn.transaction():
+        # (images equal in every column cancel: logs nothing, counts nothing)
+        conn.execute(sql.SQL("UPDATE {} SET {} = {} WHERE k <= 5").format(base, other, other))
+        conn.execute(sql.SQL("UPDATE {} SET {} = NULL WHERE k BETWEEN 6 AND 8").format(
+            base, other))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE k > 18").format(base))
+    conn.execute(sql.SQL("DELETE FROM {} WHERE k > 100").format(base))  # logs nothing
+    conn.execute(sql.SQL("TRUNCATE {}").format(base))
+    assert _counts(conn, s) == _logged(conn, s, t)
+    # 20 inserted; 3 updated (old and new images) and 2 deleted; 18 truncated
+    assert sorted(_counts(conn, s).values()) == [8, 18, 20]
+    assert fold(conn, s, t, "v") == []  # inserted, changed, deleted: nothing left
+    assert _prune_all(conn, s, t, ["v"]) == 46
+    assert _counts(conn, s) == {} == _logged(conn, s, t)
+    conn.execute(sql.SQL("INSERT INTO {} SELECT " + values + " FROM generate_series(1, 2) g")
+                 .format(base))
+    cl.uninstall(conn, s, t.name, "v")  # the last consumer: its counts go with the log
+    assert _counts(conn, s) == {}

@@ -687,3 +687,52 @@ def test_a_view_compiled_before_the_inheritance_fingerprint_recompiles(pg_dsn: s
         conn.execute("CREATE TABLE c () INHERITS (p)")
         with pytest.raises(MaintenanceError, match="altered"):
             m.maintain("old")
+
+
+def test_pending_log_rows_are_counted_with_or_without_the_statements_counts(
+        pg_dsn: str, pg_schema: str) -> None:
+    """A maintain counts its pending log rows from the logging statements' counts
+    (``log_counts``); a log whose rows have none — written by the triggers of an idivm
+    before they counted, which a recompiled view still reads — is counted from its rows,
+    and its changes are applied all the same (whether a fold runs never rests on the
+    counts)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, \
+            PostgresMaintainer(pg_dsn, pg_schema) as m:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg_schema)))
+        counts = sql.Identifier(f"{pg_schema}__idivm", "log_counts")
+
+        def pending() -> int:  # (counted from the log's rows, as status() does)
+            return int(m.status("w")[0]["pending_log_rows"]["t"])
+
+        conn.execute("CREATE TABLE t (i int PRIMARY KEY, v int)")
+        m.create_view("w", "SELECT t.i, t.v FROM t WHERE t.v > 1")
+        conn.execute("INSERT INTO t SELECT g, g FROM generate_series(1, 10) g")
+        conn.execute("UPDATE t SET v = v + 1 WHERE i <= 3")
+        first = pending()
+        assert first > 0 and conn.execute(sql.SQL("SELECT sum(n) FROM {}").format(
+            counts)).fetchone() == (first,)
+        assert m.maintain("w").log_rows == {"t": first}
+        conn.execute("DELETE FROM t WHERE i > 7")
+        conn.execute("UPDATE t SET v = 0 WHERE i = 2")
+        conn.execute(sql.SQL("DELETE FROM {}").format(counts))  # as an earlier idivm's triggers
+        second = pending()
+        assert second > 0
+        assert m.maintain("w").log_rows == {"t": second}
+        assert conn.execute("SELECT * FROM w ORDER BY i").fetchall() == \
+            conn.execute("SELECT * FROM t WHERE v > 1 ORDER BY i").fetchall()
+
+
+def test_a_column_named_as_the_compiled_variables_is_refused_at_create(env: Env) -> None:
+    """A base-table column named like the compiled maintenance's PL/pgSQL variables
+    (``idivm__prev``) made every maintain fail ('column reference is ambiguous'): refused by
+    name at create_view, nothing left behind. A view's own column of such a name is fine (its
+    references are qualified)."""
+    m, fx = env.maintainer(), env.conn()
+    fx.execute("CREATE TABLE t (i int PRIMARY KEY, idivm__prev int, v int)")
+    with pytest.raises(idivm.errors.CatalogError, match="idivm__prev are reserved"):
+        m.create_view("w", "SELECT t.i, t.v FROM t")
+    assert companion_objects(fx, env.schema)[1] == 0
+    fx.execute("CREATE TABLE u (i int PRIMARY KEY, v int)")
+    env.create(m, "x", "SELECT u.i, u.v AS idivm__n, u.v + 1 AS idivm__prev FROM u")
+    fx.execute("INSERT INTO u SELECT g, g FROM generate_series(1, 5) g")
+    maintain_all(env, m)

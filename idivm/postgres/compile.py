@@ -51,9 +51,11 @@ from idivm.postgres.changelog import (
     PRUNE_XIDS_SETTING,
     XID,
     KeyFold,
+    counted,
     dollar_quote,
     first_image_source,
     fold_by_key,
+    indent,
     lit,
     log_images,
     log_ref,
@@ -65,7 +67,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 31  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 32  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -554,11 +556,6 @@ def _outside(query: exp.Expr) -> exp.Expr:
             return exp.Cast(this=exp.Null(), to=exp.DataType.build("pg_snapshot", udt=True))
         return node
     return query.transform(rw)
-
-
-def _indent(text: str, n: int) -> str:
-    pad = " " * n
-    return "\n".join(pad + line if line else line for line in text.splitlines())
 
 
 def _comment(text: str) -> str:
@@ -1181,7 +1178,7 @@ GET DIAGNOSTICS idivm__n = ROW_COUNT;
 DELETE FROM {tmp};
 IF pg_relation_size({lit(tmp)}) > {SCRATCH_TRUNCATE_BYTES} THEN TRUNCATE {tmp}; END IF;
 {_seconds_noted(f"recompute {m.name}")}""")
-    return "IF idivm__logrows > 0 THEN\n" + _indent("\n".join(lines), 2) + "\nEND IF;"
+    return "IF idivm__logrows > 0 THEN\n" + indent("\n".join(lines), 2) + "\nEND IF;"
 
 
 REBUILD_REASON = ("; the caches were stale (a recomputation had refreshed the view alone): "
@@ -1465,7 +1462,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                     f"WHERE view = {lit(name)} AND tbl = {lit(base[0])};")
 
     # count the pending log rows of every table (one probe when nothing waits): what this run
-    # consumes, whichever branch runs
+    # consumes, whichever branch runs — by the logging statements' counts (``log_counts``, a
+    # row a statement), else, for a log its triggers filled before they counted (an idivm
+    # before format 32), by its rows. Whether a fold runs never rests on the counts: the
+    # newest log row decides, and a count of 0 is checked against the log itself
     prev = exp.column(PREV)
     for t in base:
         newest = exp.select(exp.Max(this=exp.column(XID, quoted=True))).from_(log_ref(schema, t))
@@ -1476,7 +1476,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             f"IF ({newest.sql('postgres')}) >= pg_snapshot_xmin({PREV}) THEN\n"
             # log rows were read (even if they cancel out): the watermark moves past them
             f"  idivm__folded := true;\n"
-            f"  {logged[t]} := ({count.sql('postgres')});\n"
+            f"  {logged[t]} := ({counted(schema, t, prev).sql('postgres')});\n"
+            f"  IF {logged[t]} = 0 THEN\n"
+            f"    {logged[t]} := ({count.sql('postgres')});\n"
+            f"  END IF;\n"
             f"  idivm__logrows := idivm__logrows + {logged[t]};\n"
             f"END IF;\n"
             f"idivm__log := idivm__log || jsonb_build_object({lit(t)}, {logged[t]});")
@@ -1512,7 +1515,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             # the keys logged more often: their fold in, their placeholders out
             return text + (
                 f"\nIF EXISTS ({KeyFold.placeholders(into).sql('postgres')}) THEN\n"
-                + _indent(_hashed(exp.insert(fold.rest, into).sql("postgres") + ";"), 2) +
+                + indent(_hashed(exp.insert(fold.rest, into).sql("postgres") + ";"), 2) +
                 f"\n  GET DIAGNOSTICS idivm__n = ROW_COUNT;\n"
                 f"  {r.counter} := {r.counter} + idivm__n;\n"
                 f"  {KeyFold.drop_placeholders(into).sql('postgres')};\n"
@@ -1529,15 +1532,15 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             fill = "\n".join(f"{v} := ARRAY({qq.sql('postgres')});" for v, _, qq in ff.arrays)
             run = (f"IF {logged[t]} * 2 < (SELECT min(c.reltuples) FROM pg_class c "
                    f"WHERE c.oid IN ({sizes})) THEN\n"
-                   f"{_indent(fill, 2)}\n{_indent(fold_into(ff.probe), 2)}\n"
-                   f"ELSE\n{_indent(run, 2)}\nEND IF;")
+                   f"{indent(fill, 2)}\n{indent(fold_into(ff.probe), 2)}\n"
+                   f"ELSE\n{indent(run, 2)}\nEND IF;")
             decl_arrays.extend(f"{v} {typ};" for v, typ, _ in ff.arrays)
         delta.append(
             f"IF {logged[t]} > 0 THEN\n"
             f"  idivm__ts := clock_timestamp();\n"
-            f"{_indent(run, 2)}\n"
+            f"{indent(run, 2)}\n"
             f"  idivm__total := idivm__total + {r.counter};\n"
-            f"{_indent(_analyze(r, companion), 2)}\n"
+            f"{indent(_analyze(r, companion), 2)}\n"
             f"  {_seconds_noted('fold ' + t)}\n"
             f"END IF;\n"
             f"idivm__changes := idivm__changes || jsonb_build_object({lit(t)}, {r.counter});")
@@ -1588,7 +1591,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         block = "\n".join(lines)
         if guard:
             zeros["rows" if isinstance(s, Compute) else "applied"].append(label)
-            block = f"IF {guard} THEN\n{_indent(block, 2)}\nEND IF;"
+            block = f"IF {guard} THEN\n{indent(block, 2)}\nEND IF;"
         script.append(block)
     script[:0] = [_skipped_zeros(kind, labels) for kind, labels in zeros.items() if labels]
 
@@ -1642,7 +1645,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     unfolded = {names[change_table(t)] for t in linear}  # (no scratch rows to delete)
     empty = "\n".join(_emptied(r) for r in rels.values() if r.name not in unfolded)
     script.append(empty)
-    delta.append("IF idivm__total > 0 THEN\n" + _indent("\n".join(script), 2) + "\nEND IF;")
+    delta.append("IF idivm__total > 0 THEN\n" + indent("\n".join(script), 2) + "\nEND IF;")
     delta = [_delta_costs("\n".join(delta))]
     body.append(_auto_block(name, companion))
     views = f"{q(companion)}.views"
@@ -1657,16 +1660,16 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                    "  idivm__rebuilt := true;\n  idivm__reason := idivm__reason || "
                    f"{lit(REBUILD_REASON)};\nEND IF;")
         body.append("IF idivm__choice = 'recompute' THEN\n"
-                    + _indent(_recompute_block(plan, companion, tag, view_only=True), 2)
+                    + indent(_recompute_block(plan, companion, tag, view_only=True), 2)
                     + "\n  IF idivm__logrows > 0 THEN\n    idivm__stale := true;\n  END IF;"
                     + "\nELSIF idivm__stale THEN\n"
-                    + _indent(_recompute_block(plan, companion, tag), 2) + "\n"
-                    + _indent(rebuilt, 2) + "\nELSE\n"
-                    + _indent("\n".join(delta), 2) + "\nEND IF;")
+                    + indent(_recompute_block(plan, companion, tag), 2) + "\n"
+                    + indent(rebuilt, 2) + "\nELSE\n"
+                    + indent("\n".join(delta), 2) + "\nEND IF;")
     elif recomputes:
         body.append("IF idivm__choice = 'recompute' THEN\n"
-                    + _indent(_recompute_block(plan, companion, tag), 2) + "\nELSE\n"
-                    + _indent("\n".join(delta), 2) + "\nEND IF;")
+                    + indent(_recompute_block(plan, companion, tag), 2) + "\nELSE\n"
+                    + indent("\n".join(delta), 2) + "\nEND IF;")
     else:
         body.extend(delta)
     ran = lit(run_label)
@@ -1702,8 +1705,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 "'seconds', extract(epoch FROM clock_timestamp() - idivm__t0));")
 
     decl += list(dict.fromkeys(decl_arrays))
-    src = ("DECLARE\n" + _indent("\n".join(decl), 2) + "\nBEGIN\n"
-           + _indent("\n\n".join(body), 2) + "\nEND")
+    # (a variable and a column of one name are an error, whatever the server's
+    # plpgsql.variable_conflict says: base-table columns named as variables are refused)
+    src = ("#variable_conflict error\nDECLARE\n" + indent("\n".join(decl), 2) + "\nBEGIN\n"
+           + indent("\n\n".join(body), 2) + "\nEND")
     header = (f"CREATE OR REPLACE FUNCTION {q(companion)}.{q(function)}({DECISION_ARG} jsonb "
               "DEFAULT NULL) RETURNS jsonb "
               f"LANGUAGE plpgsql SET search_path = {q(companion)}, {q(schema)} "
@@ -1750,7 +1755,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     scratch = ("DO " + dollar_quote(
         "DECLARE\n  idivm__path text := current_setting('search_path');\nBEGIN\n"
         f"  PERFORM set_config('search_path', {lit(path)}, true);\n"
-        + _indent("\n".join(create_temps), 2)
+        + indent("\n".join(create_temps), 2)
         + "\n  PERFORM set_config('search_path', idivm__path, true);\nEND"))
     return Compiled(function, prune_function,
                     (scratch, header + dollar_quote(src), comment, prune))
@@ -2046,7 +2051,7 @@ def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
     RAISE EXCEPTION 'idivm: view % (or a view it reads) was compiled by another idivm version',
       view USING ERRCODE = '{STALE_CODE}';
   END IF;
-{_indent(_run_block(schema, companion, by_name, order, result), 2)}
+{indent(_run_block(schema, companion, by_name, order, result), 2)}
   RETURN;
 END IF;""")
     body = f"""DECLARE
@@ -2056,7 +2061,7 @@ BEGIN
     RAISE EXCEPTION 'idivm: no view % in schema %', view, {lit(schema)}
       USING ERRCODE = '{NO_VIEW}';
   END IF;
-{_indent(chr(10).join(branches), 2)}
+{indent(chr(10).join(branches), 2)}
   RAISE EXCEPTION 'idivm: view % of schema % has no compiled code (create it again)', view,
     {lit(schema)} USING ERRCODE = '{STALE_CODE}';
 END"""
@@ -2069,7 +2074,7 @@ BEGIN
     RAISE EXCEPTION 'idivm: a view of schema % was compiled by another idivm version',
       {lit(schema)} USING ERRCODE = '{STALE_CODE}';
   END IF;
-{_indent(_run_block(schema, companion, by_name, every, "jsonb_build_object('views', runs)"), 2)
+{indent(_run_block(schema, companion, by_name, every, "jsonb_build_object('views', runs)"), 2)
  if every else "  stats := jsonb_build_object('views', '{}'::jsonb);"}
 END"""
     return (f"DROP PROCEDURE IF EXISTS {comp}.maintain(text, jsonb, int);\n"

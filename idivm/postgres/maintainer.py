@@ -260,6 +260,7 @@ class PostgresMaintainer:
         self.conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {qq(self.companion, 'compiled')}")
         self.conn.execute(compile_.fingerprint_source(self.companion))
         self.conn.execute(compile_.history_source(self.companion))
+        changelog.install_shared(self.conn, self.schema)  # (compiled code reads log_counts)
 
     def _install_dispatcher(self) -> None:
         """(Re)generate the companion's ``maintain`` procedure from the registry; call under

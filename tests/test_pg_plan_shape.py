@@ -379,3 +379,37 @@ def test_tpch_q20_probes_its_part_cache_before_partsupp(pg_dsn: str, tmp_path: A
         assert '"l_partkey" = "q2"."part__p_partkey__m")' in src
     finally:
         tpch_bench.drop_schema(pg_dsn, schema)
+
+
+def _null_tested(cond: str) -> str:
+    from sqlglot import parse_one
+
+    from idivm.postgres.compile import strict_null_tests
+    from idivm.script import Compute
+
+    s = Compute("t9", parse_one(f"SELECT CASE WHEN {cond} THEN 0 ELSE 1 END FROM d1 AS i",
+                                read="postgres"), "", "idiff")
+    [out] = strict_null_tests([s])
+    assert isinstance(out, Compute)
+    return out.query.sql("postgres")
+
+
+def test_a_null_test_of_arithmetic_tests_its_columns() -> None:
+    """``x IS NULL`` over strict arithmetic becomes the NULL tests of its columns (each
+    once): the same truth value, without computing ``x`` (a SUM's non-null count tests its
+    argument in every delta row); left alone over anything that can be NULL on non-NULL
+    operands (a function, CASE, a NULL literal, TRY_CAST) or a bare column."""
+    got = _null_tested("(i.a * (1 - i.b) * (1 + i.a)) IS NULL")
+    assert "WHEN (i.a IS NULL OR i.b IS NULL) THEN" in got, got
+    assert "WHEN (i.a IS NULL OR i.c IS NULL) THEN" in _null_tested(
+        "(-CAST(i.a AS DECIMAL) / i.c) % 2 IS NULL")
+    assert "NOT (i.a IS NULL OR i.c IS NULL)" in _null_tested(
+        "NOT (i.a - i.c) IS NULL")
+    for unchanged in ("i.a IS NULL", "(i.a) IS NULL", "NULLIF(i.a, 0) * i.b IS NULL",
+                      "(CASE WHEN i.a > 0 THEN i.a END + i.b) IS NULL", "(i.a + NULL) IS NULL",
+                      "TRY_CAST(i.a AS INT) * 2 IS NULL", "(1 + 2) IS NULL"):
+        from sqlglot import parse_one
+
+        want = parse_one(f"SELECT CASE WHEN {unchanged} THEN 0 ELSE 1 END FROM d1 AS i",
+                         read="postgres").sql("postgres")
+        assert _null_tested(unchanged) == want, unchanged

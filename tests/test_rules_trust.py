@@ -365,3 +365,23 @@ def test_no_merge_of_a_derived_table_a_later_full_join_pads() -> None:
     left = parse_one("SELECT s.x, u.id FROM (SELECT r.a AS x FROM r WHERE r.b > 1) AS s "
                      "LEFT JOIN u ON u.v = s.x")
     assert "WHERE r.b > 1" in minimize.flatten(left).sql()  # preserved: merged
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_sums_of_expressions_over_null_operands(pg_dsn: str, pg_schema: str,
+                                                strategy: str) -> None:
+    """SUM, AVG and COUNT of arithmetic over nullable columns, whose non-null counts the
+    compiled code tests through the operands' NULL tests (``compile.strict_null_tests``): a
+    group whose every argument turns NULL shows SUM and AVG NULL, COUNT 0, and back."""
+    ddl = "CREATE TABLE t (id int PRIMARY KEY, g int NOT NULL, a numeric, b numeric);"
+    view = ("SELECT g, SUM(a * (1 - b)) AS s, AVG(a + b) AS av, COUNT(a * b) AS n, "
+            "COUNT(*) AS c FROM t GROUP BY g")
+    differential(pg_dsn, pg_schema, ddl,
+                 ["INSERT INTO t VALUES (1, 1, 2, 0.5), (2, 1, NULL, 1), (3, 2, 4, NULL)"], view,
+                 [["UPDATE t SET a = NULL WHERE id = 1"],
+                  ["INSERT INTO t VALUES (4, 2, 1, 1)", "UPDATE t SET b = 0 WHERE id = 3"],
+                  ["UPDATE t SET b = NULL WHERE g = 2"],
+                  ["UPDATE t SET a = 3, b = 0.25 WHERE id IN (1, 2)"],
+                  ["DELETE FROM t WHERE id = 4", "UPDATE t SET a = -4 WHERE id = 3"],
+                  ["UPDATE t SET g = 2 WHERE id = 1", "DELETE FROM t WHERE id = 2"]],
+                 strategy)

@@ -12,11 +12,14 @@ The rewrites, each a small function over the script, applied in order:
 2. ``semijoins_through_keys`` — an EXISTS that reaches a stored relation only through a base
    table's key gets the semijoin it implies on the i-diff's own column beside it (an
    equivalent condition the planner can apply first);
-3. ``rename_temporaries`` — i-diffs, snapshots and folded change tables get per-compilation
+3. ``strict_null_tests`` — ``(a * (1 - b)) IS NULL`` becomes ``(a IS NULL OR b IS NULL)``: an
+   arithmetic expression is NULL exactly when one of its columns is, and the non-null counts
+   of SUM and AVG test every delta row's argument (computed again for the test);
+4. ``rename_temporaries`` — i-diffs, snapshots and folded change tables get per-compilation
    names: the view's *scratch relations*, unlogged tables of the companion schema created with
    the code (not per session: a session's first maintain used to spend 100–200 ms creating
    them), used by one maintain of the view at a time (its lock) and emptied by it;
-4. ``inline_single_use`` — a relation read by one later statement becomes a CTE of that
+5. ``inline_single_use`` — a relation read by one later statement becomes a CTE of that
    statement (PostgreSQL inlines it), unless an APPLY between them changes what it reads.
 
 What stays a scratch relation is filled once per run; its row count decides at run time whether
@@ -67,7 +70,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 32  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 33  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -245,6 +248,47 @@ def semijoins_through_keys(statements: Sequence[Statement]) -> list[Statement]:
         new = node.copy()
         new.set("where", exp.Where(this=A.conjoin([*(x.copy() for x in parts), *added])))
         return new
+
+    return [dataclasses.replace(s, query=s.query.transform(rw)) if isinstance(s, Compute)
+            else s for s in statements]
+
+
+def strict_columns(e: exp.Expr) -> list[exp.Column] | None:
+    """The columns of ``e`` when ``e`` is NULL exactly when one of them is: ``e`` built from
+    columns, non-NULL literals and strict arithmetic (+, −, ×, /, %, unary minus, CAST — each
+    NULL on a NULL operand, never on non-NULL ones: it errors instead); else None."""
+    if isinstance(e, exp.Column):
+        return [e]
+    if isinstance(e, exp.Literal):
+        return []
+    if isinstance(e, (exp.Paren, exp.Neg)) or type(e) is exp.Cast:  # (not TryCast: NULL)
+        return strict_columns(e.this)
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Mod)) or \
+            (isinstance(e, exp.Div) and not e.args.get("safe")):
+        left, right = strict_columns(e.left), strict_columns(e.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def strict_null_tests(statements: Sequence[Statement]) -> list[Statement]:
+    """``x IS NULL`` over a strict arithmetic ``x`` (``strict_columns``) becomes the
+    disjunction of its columns' NULL tests: the same truth value without computing ``x``.
+    SUM's and AVG's non-null counts test their argument in every delta row, and the argument
+    is often a product of numerics (TPC-H Q1: ``l_extendedprice * (1 - l_discount) * (1 +
+    l_tax)``, computed twice per log row: the fold's grouping of 17k line-item images 23.5 →
+    18.5 ms)."""
+    def rw(node: exp.Expr) -> exp.Expr:
+        if not (isinstance(node, exp.Is) and isinstance(node.expression, exp.Null)):
+            return node
+        x = node.this
+        while isinstance(x, exp.Paren):
+            x = x.this
+        cols = strict_columns(x)
+        if isinstance(x, exp.Column) or not cols:
+            return node
+        unique = list({col.sql("postgres"): col for col in cols}.values())
+        return exp.paren(exp.or_(*[exp.Is(this=col.copy(), expression=exp.Null())
+                                   for col in unique]))
 
     return [dataclasses.replace(s, query=s.query.transform(rw)) if isinstance(s, Compute)
             else s for s in statements]
@@ -1403,7 +1447,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         source = read_from(merge_image_reads(source, change_table(t), tables[t].primary_key),
                            change_table(t), log_images(tables[t], log_ref(schema, t),
                                                        pending(t)))
-    statements = rename_temporaries(semijoins_through_keys(split_snapshot_or(source)), names)
+    statements = rename_temporaries(
+        strict_null_tests(semijoins_through_keys(split_snapshot_or(source))), names)
     base_changes = {names[change_table(t)] for t in base}
     # snapshots split into per-i-diff branches stay tables filled branch by branch
     branched = frozenset(s.name for s in statements if isinstance(s, Compute)

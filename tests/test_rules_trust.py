@@ -385,3 +385,21 @@ def test_sums_of_expressions_over_null_operands(pg_dsn: str, pg_schema: str,
                   ["DELETE FROM t WHERE id = 4", "UPDATE t SET a = -4 WHERE id = 3"],
                   ["UPDATE t SET g = 2 WHERE id = 1", "DELETE FROM t WHERE id = 2"]],
                  strategy)
+
+
+@pytest.mark.parametrize("probe", ["NOT EXISTS", "EXISTS"])
+def test_probe_recompute_finds_its_rows_by_the_delete_it_emitted(probe: str) -> None:
+    """Table 13's Δ+ for a change of r reads the l rows its Δ- named, by l's IDs, instead of
+    matching the change of r to l a second time (which probed l once per changed r row)."""
+    view = (f"SELECT a.id, a.v FROM a WHERE {probe} (SELECT 1 FROM c WHERE c.x = a.v)")
+    p = plan(view, Catalog.from_ddl(ABC))
+    found = 0
+    for d in p.dag.diffs.values():
+        if d.schema.kind != "ins" or "touched l rows (those Δ- names)" not in d.rule:
+            continue
+        [dele] = [p.dag.diffs[i] for i in d.inputs[1:]]
+        assert dele.schema.kind == "del" and dele.schema.nid == d.schema.nid
+        read = {tb.name for tb in d.query.find_all(exp.Table)}
+        assert dele.name in read and d.inputs[0] not in read, d.query.sql()
+        found += 1
+    assert found == 2  # (a delete and an update of c)

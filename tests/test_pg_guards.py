@@ -73,6 +73,9 @@ def test_statements_over_scratch_relations_only_are_hashed(pg_dsn: str, pg_schem
             assert len(folds) == source.count('AS "__idivm_k"') == 3
             again = [s for s in wrapped if 'AS "__idivm_fold"' in s]
             assert len(again) == source.count('AS "__idivm_fold"') == 3
+            # those with merge joins off too (a merge join sorted every pending log row)
+            assert source.count("'enable_mergejoin', 'off', true);") == 3
+            assert source.count("idivm__mergejoin, true)") == 3
             assert all(f'"{pg_schema}"' not in s and '"v_prime' not in s for s in wrapped)
             conn.execute("UPDATE devices SET category = 'phone' WHERE did IN ('D3', 'D4')")
             conn.execute("DELETE FROM devices_parts WHERE did = 'D5'")

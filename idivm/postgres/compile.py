@@ -676,7 +676,7 @@ def _hashed(text: str, merge: bool = False) -> str:
     setting back with the transaction). Not a plan-cache key: each run plans or reuses the
     statement under the same setting. For the statements ``scratch_only`` finds and for the
     folds of the logs."""
-    joins = ("nestloop", "mergejoin") if merge else ("nestloop",)
+    joins = ("mergejoin", "nestloop") if merge else ("nestloop",)  # (nested loops off last)
     # put back by an assignment: a PERFORM would set ROW_COUNT, which the caller reads next
     return ("".join(f"PERFORM set_config('enable_{j}', 'off', true);\n" for j in joins) + text
             + "".join(f"\nidivm__setting := set_config('enable_{j}', idivm__{j}, true);"

@@ -46,6 +46,10 @@ class Apply:
     nullable: frozenset[str]  # ID columns that may be NULL (matched null-safely)
     comment: str
     phase: str = "apply"
+    # a delete whose rows go into this snapshot of the target as they are deleted (their
+    # pre-images: ``postgres.compile.deletes_fill_snapshots``), with its columns in order
+    snapshot: str | None = None
+    snapshot_columns: tuple[str, ...] = ()
 
 
 Statement = Compute | Apply

@@ -450,6 +450,34 @@ def test_a_deletes_rows_fill_the_snapshot_it_no_longer_probes_for() -> None:
     assert all(a.snapshot is None for a in applies) and "d1" in got
 
 
+def test_the_post_snapshot_keeps_the_rows_still_stored_instead_of_hashing_each_delete() -> None:
+    """With its deletes filling the Input_pre snapshot, the Input_post snapshot (the APPLYs
+    replayed on it) keeps the snapshot's rows still in the cache, probed by key, instead of
+    anti-joining every Δ- i-diff; left as it is where an UPDATE sets a key column."""
+    from sqlglot import parse_one
+
+    from idivm.postgres.compile import deletes_fill_snapshots
+    from idivm.script import Apply, Compute
+
+    def run(upd_columns: tuple[str, ...]) -> str:
+        old = Compute("c__old", parse_one(
+            "SELECT x.k AS k, x.a AS a FROM c AS x WHERE EXISTS(SELECT 1 FROM d1 AS z WHERE "
+            "x.k = z.k) OR EXISTS(SELECT 1 FROM d2 AS z WHERE x.k = z.k)"), "", "snapshot")
+        new = Compute("c__new", parse_one(
+            "SELECT x0.k AS k, x0.a AS a FROM c__old AS x0 WHERE NOT EXISTS(SELECT 1 FROM d1 "
+            "AS z WHERE x0.k = z.k) AND x0.a > 0"), "", "snapshot")
+        applies = [Apply("del", "c", "d1", ("k",), ("a",), ("k",), frozenset(), ""),
+                   Apply("upd", "c", "d2", ("k",), upd_columns, ("k",), frozenset(), "")]
+        out = deletes_fill_snapshots([old, *applies, new])
+        assert isinstance(out[-1], Compute)
+        return out[-1].query.sql("postgres")
+
+    assert run(("a",)) == ('SELECT x0.k AS k, x0.a AS a FROM c__old AS x0 WHERE x0.a > 0 AND '
+                           'EXISTS(SELECT 1 FROM "c" AS "__idivm_m" WHERE "x0"."k" = '
+                           '"__idivm_m"."k")')
+    assert "NOT EXISTS(SELECT 1 FROM d1" in run(("k", "a"))
+
+
 ORDERS_DDL = """CREATE TABLE o (ok int PRIMARY KEY, cust int NOT NULL, region text);
 CREATE TABLE l (ok int NOT NULL, ln int NOT NULL, price int, PRIMARY KEY (ok, ln));"""
 ORDERS_ROWS = ("INSERT INTO o SELECT g, g % 3, CASE WHEN g % 2 = 0 THEN 'east' ELSE 'west' END "

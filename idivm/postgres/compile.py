@@ -48,6 +48,7 @@ from idivm.planner.linear import linear_change_tables, merge_image_reads, read_f
 from idivm.planner.log_filter import KeysOf, base_named, fold_filters, log_filters
 from idivm.planner.model import change_table, fit
 from idivm.planner.prune import prune_empty
+from idivm.planner.ruleapi import and_all, exists, match
 from idivm.postgres.changelog import (
     HAS_POST,
     HAS_PRE,
@@ -73,7 +74,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 35  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 36  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -263,7 +264,61 @@ def deletes_fill_snapshots(statements: Sequence[Statement]) -> list[Statement]:
             a = statements[deletes[d]]
             assert isinstance(a, Apply)
             out[deletes[d]] = dataclasses.replace(a, snapshot=s.name, snapshot_columns=columns)
+        applies = [a for a in statements[i + 1:] if isinstance(a, Apply) and a.target == target]
+        for j, n in enumerate(statements):
+            if j > i and isinstance(n, Compute) and n.phase == "snapshot":
+                survived = _survivors(n.query, s.name, target, set(deletes), applies)
+                if survived is not None:
+                    out[j] = dataclasses.replace(n, query=survived)
     return out
+
+
+def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.And):
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    return [e]
+
+
+def _survivors(query: exp.Expr, old: str, target: str, deletes: set[str],
+               applies: Sequence[Apply]) -> exp.Expr | None:
+    """The Input_post snapshot (``compose._post_of_touched``: the APPLYs replayed on the
+    rows of ``old``) with its Δ- replayed by the rows of ``old`` still in ``target`` after
+    the APPLYs, found by their key, instead of by an anti-join with every Δ- i-diff (each
+    hashed whole, thousands of rows, for the tens of rows of the snapshot). The same rows: a
+    row the Δ- deleted is not there, nor inserted again but by a Δ+, whose replay, after,
+    puts its own row in its place; an UPDATE sets no key column (checked). None where the
+    shape is other, or the key's nullability is unknown."""
+    keyed = [a for a in applies if a.ids == a.key]
+    if not keyed or any(set(a.columns) & set(a.key) for a in applies if a.kind == "upd"):
+        return None
+    key, nullable = keyed[0].key, keyed[0].nullable
+    q_ = query.copy()
+    bases = [sel for sel in q_.find_all(exp.Select) if isinstance(
+        sel.args.get("from_") and sel.args["from_"].this, exp.Table)
+        and sel.args["from_"].this.name == old]
+    if len(bases) != 1 or bases[0].args.get("where") is None:
+        return None
+    sel = bases[0]
+    alias = sel.args["from_"].this.alias_or_name
+    keep: list[exp.Expr] = []
+    for c in _conjuncts(sel.args["where"].this):
+        inner = c.this if isinstance(c, exp.Not) else None
+        sub = inner.this if isinstance(inner, exp.Exists) else None
+        src = sub.args.get("from_") if isinstance(sub, exp.Select) else None
+        if src is not None and isinstance(src.this, exp.Table) and src.this.name in deletes:
+            continue
+        keep.append(c)
+    if len(keep) == len(_conjuncts(sel.args["where"].this)):
+        return None
+    probe = "__idivm_m"
+    keep.append(exists(exp.table_(exp.to_identifier(target, quoted=True),
+                                  alias=exp.to_identifier(probe, quoted=True)),
+                       match([(k, k) for k in key], alias, probe,
+                             {k: True for k in nullable})))
+    sel.set("where", exp.Where(this=and_all(keep)))
+    return q_
 
 
 def _single_table(q_: exp.Expr) -> tuple[exp.Select, str] | None:

@@ -148,12 +148,17 @@ def scratch_prefix(function: str) -> str:
 # --------------------------------------------------------------------------- script rewrites
 
 
-def _disjuncts(e: exp.Expr) -> list[exp.Expr]:
+def _operands(e: exp.Expr, op: type[exp.Connector]) -> list[exp.Expr]:
+    """The operands of a chain of ``op`` (AND, OR) through parentheses."""
     while isinstance(e, exp.Paren):
         e = e.this
-    if isinstance(e, exp.Or):
-        return _disjuncts(e.left) + _disjuncts(e.right)
+    if isinstance(e, op):
+        return _operands(e.left, op) + _operands(e.right, op)
     return [e]
+
+
+def _disjuncts(e: exp.Expr) -> list[exp.Expr]:
+    return _operands(e, exp.Or)
 
 
 def split_snapshot_or(statements: Sequence[Statement]) -> list[Statement]:
@@ -275,14 +280,6 @@ def deletes_fill_snapshots(statements: Sequence[Statement]) -> list[Statement]:
     return out
 
 
-def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.And):
-        return _conjuncts(e.left) + _conjuncts(e.right)
-    return [e]
-
-
 def _survivors(query: exp.Expr, old: str, target: str, deletes: set[str],
                applies: Sequence[Apply]) -> exp.Expr | None:
     """The Input_post snapshot (``compose._post_of_touched``: the APPLYs replayed on the
@@ -305,14 +302,14 @@ def _survivors(query: exp.Expr, old: str, target: str, deletes: set[str],
     sel = bases[0]
     alias = sel.args["from_"].this.alias_or_name
     keep: list[exp.Expr] = []
-    for c in _conjuncts(sel.args["where"].this):
+    for c in _operands(sel.args["where"].this, exp.And):
         inner = c.this if isinstance(c, exp.Not) else None
         sub = inner.this if isinstance(inner, exp.Exists) else None
         src = sub.args.get("from_") if isinstance(sub, exp.Select) else None
         if src is not None and isinstance(src.this, exp.Table) and src.this.name in deletes:
             continue
         keep.append(c)
-    if len(keep) == len(_conjuncts(sel.args["where"].this)):
+    if len(keep) == len(_operands(sel.args["where"].this, exp.And)):
         return None
     probe = "__idivm_m"
     keep.append(exists(exp.table_(exp.to_identifier(target, quoted=True),

@@ -270,10 +270,9 @@ def deletes_fill_snapshots(statements: Sequence[Statement]) -> list[Statement]:
             assert isinstance(a, Apply)
             out[deletes[d]] = dataclasses.replace(a, snapshot=s.name, snapshot_columns=columns)
         applies = [a for a in statements[i + 1:] if isinstance(a, Apply) and a.target == target]
-        post = s.name.removesuffix("__old") + "__new"  # (``compose``'s names of the two)
-        for j, n in enumerate(statements):
-            if j > i and isinstance(n, Compute) and n.phase == "snapshot" and n.name == post \
-                    and s.name.endswith("__old"):
+        for j, n in enumerate(statements):  # (the Input_post snapshot: the one reading this)
+            if j > i and isinstance(n, Compute) and n.phase == "snapshot" and any(
+                    t.name == s.name for t in n.query.find_all(exp.Table)):
                 survived = _survivors(n.query, s.name, target, set(deletes), applies)
                 if survived is not None:
                     out[j] = dataclasses.replace(n, query=survived)

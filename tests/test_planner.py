@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import sqlglot
 from idivm.rules import registry
@@ -323,3 +324,39 @@ def test_table9_leaves_group_and_min_max_attributes_to_the_snapshots() -> None:
     for p in (group, mx):
         assert not p.composition.direct
         assert [s for s in p.statements if getattr(s, "phase", None) == "snapshot"]
+
+
+# fuzz seed 13811: a CTE read three times (IN, and EXISTS over a FULL JOIN); its i-diffs
+# propagated apart instantiated 2,056 rules — a 1,007-statement script, minutes to compile
+SEED13811_DDL = (
+    "CREATE TABLE t0 (k0 text NOT NULL, c0 boolean, c1 text NOT NULL, c2 int NOT NULL, "
+    "PRIMARY KEY (k0)); CREATE TABLE t1 (k0 int NOT NULL, k1 int NOT NULL, c0 double precision"
+    " NOT NULL, c1 numeric(8,2) NOT NULL, c2 date NOT NULL, c3 int NOT NULL, "
+    "PRIMARY KEY (k0, k1)); CREATE TABLE t2 (k0 int NOT NULL, c0 text, c1 bigint, "
+    "c2 numeric(8,2), c3 int NOT NULL, PRIMARY KEY (k0)); CREATE TABLE t3 (k0 int NOT NULL, "
+    "c0 int, c1 date NOT NULL, c2 double precision, PRIMARY KEY (k0), "
+    "FOREIGN KEY (c0) REFERENCES t2 (k0));")
+SEED13811_VIEW = (
+    "WITH w1 AS (SELECT (SELECT SUM(a10.c2) FROM t3 AS a8, t1 AS a9, t0 AS a10 "
+    "WHERE a8.k0 = a9.c3 AND a9.k0 IS NOT NULL AND a8.k0 = a10.c2 AND a8.c2 = d2.c1) AS c0 "
+    "FROM (SELECT a3.k0 AS c0, a4.c0 + 1 AS c1 FROM t0 AS a3, t1 AS a4 WHERE a3.c2 = a4.k0) "
+    "AS d2 WHERE NOT EXISTS (SELECT 1 FROM t1 AS a5 RIGHT JOIN t0 AS a6 ON a5.k0 = a6.c2 "
+    "JOIN t3 AS a7 ON a5.c3 = a7.c0 WHERE a6.k0 = d2.c0)) SELECT a11.c0 + 1 AS c0 "
+    "FROM w1 AS a11 WHERE a11.c0 IN (SELECT a12.c0 FROM w1 AS a12 WHERE a12.c0 = a11.c0) "
+    "AND EXISTS (SELECT 1 FROM w1 AS a13 FULL JOIN t3 AS a14 ON a13.c0 = a14.c2 "
+    "WHERE a13.c0 = a11.c0)")
+
+
+def test_unmerged_plan_falls_back_to_merged_past_the_rule_budget():
+    """``merge=False`` (PostgreSQL's choice) is kept while the rules stay within
+    ``plan.UNMERGED_RULES``; past it the i-diffs merge, as ``merge=True`` plans them."""
+    from idivm.bench.tpch import TPCH_DDL, as_view, queries
+
+    planning = sys.modules["idivm.plan"]  # the module: ``idivm.plan`` is the function
+    catalog = idivm.Catalog.from_ddl(SEED13811_DDL)
+    apart = planning.plan(SEED13811_VIEW, catalog, merge=False)
+    assert len(apart.dag.diffs) <= planning.UNMERGED_RULES
+    assert len(apart.statements) < 300
+    q8 = planning.plan(as_view(queries()[8]), idivm.Catalog.from_ddl(TPCH_DDL), merge=False)
+    merged = planning.plan(as_view(queries()[8]), idivm.Catalog.from_ddl(TPCH_DDL), merge=True)
+    assert len(q8.dag.diffs) > len(merged.dag.diffs)  # TPC-H's largest stays apart

@@ -501,6 +501,27 @@ def test_a_chain_of_projections_read_by_one_apply_is_inlined_into_it() -> None:
         ("Compute", ("t4",)), ("Apply", ())]
 
 
+def test_null_tests_of_a_not_null_columns_images_are_false_over_unfolded_log_rows() -> None:
+    """Over a change table read as its log's rows (each row one image, both names holding
+    its values), ``c__pre IS NULL`` / ``c__post IS NULL`` of a NOT NULL column ``c`` is
+    false; a nullable column's test and another relation's column stay."""
+    from sqlglot import parse_one
+
+    from idivm.postgres.compile import images_not_null
+    from idivm.script import Compute
+
+    q = parse_one("SELECT SUM(CASE WHEN g.q__post IS NULL THEN 0 ELSE 1 END) AS n, "
+                  "SUM(CASE WHEN g.p__pre IS NULL THEN 0 ELSE 1 END) AS m, "
+                  "SUM(CASE WHEN o.q__post IS NULL THEN 0 ELSE 1 END) AS k "
+                  "FROM dl AS g CROSS JOIN other AS o", read="postgres")
+    out = images_not_null([Compute("d1", q, "", "idiff")], "dl", ["q"])
+    assert isinstance(out[0], Compute)
+    assert out[0].query.sql("postgres") == (
+        "SELECT SUM(CASE WHEN FALSE THEN 0 ELSE 1 END) AS n, SUM(CASE WHEN g.p__pre IS NULL "
+        "THEN 0 ELSE 1 END) AS m, SUM(CASE WHEN o.q__post IS NULL THEN 0 ELSE 1 END) AS k "
+        "FROM dl AS g CROSS JOIN other AS o")
+
+
 ORDERS_DDL = """CREATE TABLE o (ok int PRIMARY KEY, cust int NOT NULL, region text);
 CREATE TABLE l (ok int NOT NULL, ln int NOT NULL, price int, PRIMARY KEY (ok, ln));"""
 ORDERS_ROWS = ("INSERT INTO o SELECT g, g % 3, CASE WHEN g % 2 = 0 THEN 'east' ELSE 'west' END "

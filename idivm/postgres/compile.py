@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -46,7 +46,7 @@ from idivm.catalog import Table
 from idivm.plan import Plan
 from idivm.planner.linear import linear_change_tables, merge_image_reads, read_from
 from idivm.planner.log_filter import KeysOf, base_named, fold_filters, log_filters
-from idivm.planner.model import change_table, fit
+from idivm.planner.model import change_table, fit, post_name, pre_name
 from idivm.planner.prune import prune_empty
 from idivm.planner.ruleapi import and_all, exists, match
 from idivm.postgres.changelog import (
@@ -74,7 +74,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 37  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 38  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -371,6 +371,42 @@ def _implied_semijoin(e: exp.Exists) -> exp.Exists | None:
         assert isinstance(implied, exp.Select)
         return exp.Exists(this=implied)
     return None
+
+
+def images_not_null(statements: Sequence[Statement], change: str,
+                    not_null: Iterable[str]) -> list[Statement]:
+    """``x IS NULL`` is false for a column ``x`` of change table ``change`` that is the image
+    (``c__pre`` or ``c__post``) of a NOT NULL column ``c``: for a change table read as its
+    log's rows, unfolded (``log_images``: each row one image, its values under both names),
+    never for a folded one (a deleted row's ``__post`` values are NULL). SUM's and AVG's
+    non-null counts test their arguments in every log row: over NOT NULL columns each count
+    becomes the row count, which PostgreSQL computes once for all of them (TPC-H SF 1 Q1's
+    delta aggregate of 17k line-item images, by hand: 15.7 → 13.1 ms)."""
+    names = {f(c) for c in not_null for f in (pre_name, post_name)}
+    if not names:
+        return list(statements)
+
+    def rw(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Select):
+            return node
+        from_ = node.args.get("from_")
+        aliases = {src.alias_or_name for src in (
+            from_.this if from_ else None, *(j.this for j in node.args.get("joins") or []))
+            if isinstance(src, exp.Table) and src.name == change and not src.args.get("db")}
+        if not aliases:
+            return node
+
+        def false(n: exp.Expr) -> exp.Expr:
+            if isinstance(n, exp.Is) and isinstance(n.expression, exp.Null) and \
+                    isinstance(n.this, exp.Column) and n.this.table in aliases and \
+                    n.this.name in names:
+                return exp.false()
+            return n
+
+        return node.copy().transform(false)
+
+    return [dataclasses.replace(s, query=s.query.transform(rw)) if isinstance(s, Compute)
+            else s for s in statements]
 
 
 def semijoins_through_keys(statements: Sequence[Statement]) -> list[Statement]:
@@ -1625,9 +1661,11 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     source: Sequence[Statement] = plan.statements
     for t in sorted(linear):
         # each log row one image: a mirrored pair of branches reads it once
-        source = read_from(merge_image_reads(source, change_table(t), tables[t].primary_key),
-                           change_table(t), log_images(tables[t], log_ref(schema, t),
-                                                       pending(t)))
+        source = images_not_null(strict_null_tests(
+            merge_image_reads(source, change_table(t), tables[t].primary_key)),
+            change_table(t), [c.name for c in tables[t].columns if not c.nullable])
+        source = read_from(source, change_table(t), log_images(tables[t], log_ref(schema, t),
+                                                               pending(t)))
     statements = rename_temporaries(
         strict_null_tests(semijoins_through_keys(split_snapshot_or(
             # (the snapshot's EXCEPT compares whole rows: not over values without equality)
@@ -1652,7 +1690,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     decl = [f"{PREV} pg_snapshot;", "idivm__t0 timestamptz := clock_timestamp();",
             "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__kept bigint;",
             "idivm__bad text;",
-            "idivm__altered boolean;", "idivm__k bigint[];",
+            "idivm__altered boolean;", "idivm__lost text;", "idivm__k bigint[];",
             "idivm__sql text;", "idivm__pname text;",
             "idivm__nestloop text := current_setting('enable_nestloop');",
             "idivm__mergejoin text := current_setting('enable_mergejoin');",
@@ -2018,18 +2056,31 @@ def _catalog_check(name: str, schema: str, base: Sequence[str], tables: Mapping[
         rel = lit(".".join(q(x) for x in sources.get(t, (schema, t))))
         cols = ", ".join(lit(c) for c in tables[t].column_names)
         keys = ", ".join(lit(k) for k in tables[t].primary_key)
+        # the columns NOT NULL at creation (the plan relies on it: NOT IN, the non-null
+        # counts of SUM and AVG over the log's images — ``images_not_null``): still so
+        strict = ", ".join(lit(c.name) for c in tables[t].columns
+                           if not c.nullable and c.name not in tables[t].primary_key)
         rows.append(f"({i}, {lit(t)}, {rel}, ARRAY[{cols}]::text[], {lit(fingerprints[t])}, "
-                    f"ARRAY[{keys}]::text[])")
+                    f"ARRAY[{keys}]::text[], ARRAY[{strict}]::text[])")
     hint = (f"USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "
             "create it again, which recomputes it';")
     return (
-        "SELECT c.tbl, c.fp IS DISTINCT FROM c.want INTO idivm__bad, idivm__altered FROM (\n"
+        "SELECT c.tbl, c.fp IS DISTINCT FROM c.want, c.lost INTO idivm__bad, idivm__altered, "
+        "idivm__lost FROM (\n"
         "  SELECT v.ord, v.tbl, v.want, "
         f"{fingerprint_sql('v.rel', 'v.cols')} AS fp,\n"
-        f"    {has_key_sql('v.rel', 'v.keys')} AS has_key\n"
-        f"  FROM (VALUES {', '.join(rows)}) AS v(ord, tbl, rel, cols, want, keys)) AS c\n"
-        "WHERE c.fp IS DISTINCT FROM c.want OR NOT c.has_key ORDER BY c.ord LIMIT 1;\n"
-        "IF idivm__altered THEN\n"
+        f"    {has_key_sql('v.rel', 'v.keys')} AS has_key,\n"
+        f"    {lost_not_null_sql('v.rel', 'v.strict')} AS lost\n"
+        f"  FROM (VALUES {', '.join(rows)}) AS v(ord, tbl, rel, cols, want, keys, strict)) "
+        "AS c\n"
+        "WHERE c.fp IS DISTINCT FROM c.want OR NOT c.has_key OR c.lost IS NOT NULL "
+        "ORDER BY c.ord LIMIT 1;\n"
+        "IF idivm__lost IS NOT NULL THEN\n"
+        "  RAISE EXCEPTION 'idivm: column % of table %.% is no longer NOT NULL, which it was "
+        "when view % was created: the view relies on it (NOT IN, or sums'' counts of "
+        f"non-null values); it can no longer be maintained incrementally', idivm__lost, "
+        f"{lit(schema)}, idivm__bad, {lit(name)}\n    {hint}\n"
+        "ELSIF idivm__altered THEN\n"
         "  RAISE EXCEPTION 'idivm: table %.% was altered, dropped or re-created, or its "
         "change logging was disabled, since view % was created: it can no longer be "
         f"maintained incrementally', {lit(schema)}, idivm__bad, {lit(name)}\n    {hint}\n"
@@ -2060,6 +2111,14 @@ def fingerprint_sql(rel: str, cols: str) -> str:
     -- refuses them at create_view): their writes fire none of the table's triggers
     (SELECT count(*) FROM pg_inherits i
      WHERE i.inhparent = to_regclass({rel}) OR i.inhrelid = to_regclass({rel}))::text"""
+
+
+def lost_not_null_sql(rel: str, strict: str) -> str:
+    """The first of the columns ``strict`` (text[]) of ``rel`` (text) that is no longer NOT
+    NULL, as an SQL expression (NULL: none)."""
+    return f"""(SELECT min(a.attname::text) FROM pg_attribute a
+      WHERE a.attrelid = to_regclass({rel}) AND a.attnum > 0 AND NOT a.attisdropped
+        AND a.attname = ANY ({strict}) AND NOT a.attnotnull)"""
 
 
 def has_key_sql(rel: str, keys: str) -> str:

@@ -544,6 +544,25 @@ def test_a_not_null_column_the_view_relies_on_made_nullable_is_detected(
         m.maintain("s")
 
 
+def test_a_catalog_declaring_a_nullable_column_not_null_is_refused_at_create(env: Env
+                                                                             ) -> None:
+    """The plan would rely on a NOT NULL the table does not enforce: refused, naming the
+    column, nothing created."""
+    from idivm.catalog import Catalog
+    from idivm.errors import CatalogError
+
+    w = env.conn()
+    w.execute("CREATE TABLE a (k int PRIMARY KEY, x int); CREATE TABLE b (k int PRIMARY KEY, "
+              "y int NOT NULL)")
+    m = env.maintainer()
+    catalog = Catalog.from_ddl("CREATE TABLE a (k int PRIMARY KEY, x int NOT NULL); "
+                               "CREATE TABLE b (k int PRIMARY KEY, y int NOT NULL)")
+    with pytest.raises(CatalogError, match="column x of table .*a NOT NULL"):
+        m.create_view("v", "SELECT b.k FROM b WHERE b.y NOT IN (SELECT a.x FROM a)",
+                      catalog=catalog)
+    assert companion_objects(w, env.schema)[1] == 0  # no logging trigger left
+
+
 def test_table_without_an_enforced_key_is_refused_at_create(env: Env) -> None:
     """A catalog may declare a key the table does not have: its log could not be folded."""
     w = env.conn()

@@ -2056,10 +2056,12 @@ def _catalog_check(name: str, schema: str, base: Sequence[str], tables: Mapping[
         rel = lit(".".join(q(x) for x in sources.get(t, (schema, t))))
         cols = ", ".join(lit(c) for c in tables[t].column_names)
         keys = ", ".join(lit(k) for k in tables[t].primary_key)
-        # the columns NOT NULL at creation (the plan relies on it: NOT IN, the non-null
-        # counts of SUM and AVG over the log's images — ``images_not_null``): still so
-        strict = ", ".join(lit(c.name) for c in tables[t].columns
-                           if not c.nullable and c.name not in tables[t].primary_key)
+        # a base table's columns NOT NULL at creation (the plan relies on it: NOT IN, the
+        # non-null counts of SUM and AVG over the log's images — ``images_not_null``): still
+        # so (an upstream view's stored table declares none)
+        strict = "" if t in sources else ", ".join(
+            lit(c.name) for c in tables[t].columns
+            if not c.nullable and c.name not in tables[t].primary_key)
         rows.append(f"({i}, {lit(t)}, {rel}, ARRAY[{cols}]::text[], {lit(fingerprints[t])}, "
                     f"ARRAY[{keys}]::text[], ARRAY[{strict}]::text[])")
     hint = (f"USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "

@@ -23,7 +23,13 @@ from sqlglot import exp
 
 from idivm import hoist, pipeline
 from idivm.catalog import Catalog, Table
-from idivm.errors import BackendError, IdivmError, MaintenanceError, UnsupportedSQL
+from idivm.errors import (
+    BackendError,
+    CatalogError,
+    IdivmError,
+    MaintenanceError,
+    UnsupportedSQL,
+)
 from idivm.frontend import relations_read
 from idivm.plan import Plan, plan
 from idivm.planner.model import MAX_IDENT, fit
@@ -487,6 +493,7 @@ class PostgresMaintainer:
                 fingerprints = {t: self._fingerprint(t, read.table(t).column_names,
                                                      sources.get(t))
                                 for t in p.tables}
+                self._check_not_null(read, [t for t in p.tables if t not in sources])
                 compiled = self._install_code(p, read, fingerprints, strategy)
                 # the materialization, timed: the cost model's first measure of a recompute
                 # (a rebuild's — every stored relation — is estimated from it until one runs)
@@ -596,6 +603,22 @@ class PostgresMaintainer:
                                 (qq(*(source or (self.schema, table))), list(columns))
                                 ).fetchone()
         return str(row[0]) if row else ""
+
+    def _check_not_null(self, read: Catalog, tables: Sequence[str]) -> None:
+        """Refuse a catalog declaring NOT NULL a column the table lets be NULL: the plan
+        relies on it (NOT IN; the compiled code's sums), and maintenance checks it stays."""
+        for t in tables:
+            strict = [c.name for c in read.table(t).columns
+                      if not c.nullable and c.name not in read.table(t).primary_key]
+            if not strict:
+                continue
+            row = self.conn.execute(f"SELECT {compile_.lost_not_null_sql('%s', '%s')}",
+                                    (qq(self.schema, t), strict)).fetchone()
+            if row and row[0] is not None:
+                raise CatalogError(f"the catalog declares column {row[0]} of table "
+                                   f"{self.schema}.{t} NOT NULL, but the table lets it be "
+                                   "NULL: declare it NOT NULL (ALTER TABLE … SET NOT NULL) "
+                                   "or give a catalog that says so")
 
     def _sources(self, p: Plan) -> dict[str, tuple[str, str]]:
         """The views ``p`` reads → their stored tables (where their rows are written)."""

@@ -119,6 +119,12 @@ class Table:
         """Names of the columns outside the primary key, in definition order."""
         return tuple(col.name for col in self.columns if col.name not in self.primary_key)
 
+    @property
+    def not_null_non_key_columns(self) -> tuple[str, ...]:
+        """Names of the NOT NULL columns outside the primary key, in definition order."""
+        return tuple(col.name for col in self.columns
+                     if not col.nullable and col.name not in self.primary_key)
+
 
 @dataclass(frozen=True)
 class Catalog:

@@ -1663,7 +1663,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         # each log row one image: a mirrored pair of branches reads it once
         source = images_not_null(strict_null_tests(
             merge_image_reads(source, change_table(t), tables[t].primary_key)),
-            change_table(t), [c.name for c in tables[t].columns if not c.nullable])
+            change_table(t), tables[t].not_null_non_key_columns)
         source = read_from(source, change_table(t), log_images(tables[t], log_ref(schema, t),
                                                                pending(t)))
     statements = rename_temporaries(
@@ -2060,8 +2060,7 @@ def _catalog_check(name: str, schema: str, base: Sequence[str], tables: Mapping[
         # non-null counts of SUM and AVG over the log's images — ``images_not_null``): still
         # so (an upstream view's stored table declares none)
         strict = "" if t in sources else ", ".join(
-            lit(c.name) for c in tables[t].columns
-            if not c.nullable and c.name not in tables[t].primary_key)
+            lit(c) for c in tables[t].not_null_non_key_columns)
         rows.append(f"({i}, {lit(t)}, {rel}, ARRAY[{cols}]::text[], {lit(fingerprints[t])}, "
                     f"ARRAY[{keys}]::text[], ARRAY[{strict}]::text[])")
     hint = (f"USING ERRCODE = '{SCHEMA_CHANGED}', HINT = 'drop the view (drop_view) and "

@@ -608,8 +608,7 @@ class PostgresMaintainer:
         """Refuse a catalog declaring NOT NULL a column the table lets be NULL: the plan
         relies on it (NOT IN; the compiled code's sums), and maintenance checks it stays."""
         for t in tables:
-            strict = [c.name for c in read.table(t).columns
-                      if not c.nullable and c.name not in read.table(t).primary_key]
+            strict = list(read.table(t).not_null_non_key_columns)
             if not strict:
                 continue
             row = self.conn.execute(f"SELECT {compile_.lost_not_null_sql('%s', '%s')}",

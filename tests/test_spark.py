@@ -179,6 +179,9 @@ def test_change_feed_validation(spark: Any, tmp_path: Path) -> None:
         ([(11, "insert")], "price int, _change_type string", "lacks column"),
         ([("P9", 1, "insert"), ("P9", 2, "insert")], "pid string, price int, _change_type string",
          "twice"),
+        # price is NOT NULL in the catalog: a new image without one is refused
+        ([("P1", 10, "update_preimage"), ("P1", None, "update_postimage")],
+         "pid string, price int, _change_type string", "NULL in column.*price.*NOT NULL"),
     ]
     for rows, schema, what in bad:
         with pytest.raises(ChangeFeedError, match=what):
@@ -188,6 +191,18 @@ def test_change_feed_validation(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(idivm.UnsupportedSQL):
         m.create_view("bad", "SELECT pid FROM parts ORDER BY pid")
     assert "bad" not in m.registry()["views"]
+
+
+def test_load_table_refuses_null_in_not_null_columns(spark: Any, tmp_path: Path) -> None:
+    """A NULL where the catalog says NOT NULL (a key, or price) fails the load by name, in the
+    write itself; nothing is registered, and a good load of the same table then works."""
+    m = maintainer(spark, tmp_path, PAPER_DDL)
+    for rows, column in (([("P1", None)], "price"), ([(None, 3)], "pid")):
+        with pytest.raises(idivm.IdivmError, match=f"NULL in column {column}.*NOT NULL"):
+            m.load_table("parts", spark.createDataFrame(rows, "pid string, price int"))
+        assert "parts" not in m.registry()["tables"]
+    m.load_table("parts", spark.createDataFrame([("P1", 10)], "pid string, price int"))
+    assert sorted(m.spark.table("parts").collect()) == [("P1", 10)]
 
 
 def _forty(spark: Any, m: Any) -> None:

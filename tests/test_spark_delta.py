@@ -190,6 +190,52 @@ def test_attach_refusals(spark: Any, tmp_path: Path) -> None:
         m.create_view("v", V_SQL)
 
 
+def test_null_in_a_not_null_column_is_refused(spark: Any, tmp_path: Path) -> None:
+    """A view planned on a column the catalog declares NOT NULL (NOT IN is accepted only over
+    such columns) over a Delta table that lets it be NULL: a NULL written there is refused at
+    the next maintain, by name, before anything is applied — the view stayed right where
+    before it silently kept rows its query no longer returns (as did its recomputation, planned
+    on the same NOT NULL); once the NULL is gone, the view is maintained again. A table holding
+    such a NULL cannot be attached."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from idivm.spark import SparkMaintainer
+    from idivm.spark.delta import DeltaError
+
+    ddl = "CREATE TABLE r (a int PRIMARY KEY); CREATE TABLE s (k int PRIMARY KEY, b int NOT NULL);"
+    m = SparkMaintainer(idivm.Catalog.from_ddl(ddl), tmp_path / "wh", spark=spark)
+
+    def ints(**cols: list[int | None]) -> Any:
+        return pa.table({k: pa.array(v, pa.int32()) for k, v in cols.items()})
+
+    write_deltalake(str(tmp_path / "r"), ints(a=[1, 2, 3]), configuration=CDF_ON)
+    write_deltalake(str(tmp_path / "s"), ints(k=[10], b=[1]), configuration=CDF_ON)
+    m.attach_delta("r", tmp_path / "r")
+    m.attach_delta("s", tmp_path / "s")
+    for strategy in ("id", "tuple"):
+        m.create_view(f"v_{strategy}", "SELECT a FROM r WHERE a NOT IN (SELECT b FROM s)",
+                      strategy=strategy)
+    write_deltalake(str(tmp_path / "s"), ints(k=[11], b=[None]), mode="append")
+    write_deltalake(str(tmp_path / "r"), ints(a=[4]), mode="append")
+    for strategy in ("id", "tuple"):
+        with pytest.raises(DeltaError, match=r"NULL in column\(s\) b, which the catalog "
+                                             r"declares NOT NULL"):
+            m.maintain(f"v_{strategy}")
+        assert sorted(r[0] for r in m.read_view(f"v_{strategy}").collect()) == [2, 3]
+    DeltaTable(str(tmp_path / "s")).delete("k = 11")
+    for strategy in ("id", "tuple"):
+        m.maintain(f"v_{strategy}")
+        assert sorted(r[0] for r in m.read_view(f"v_{strategy}").collect()) == [2, 3, 4]
+    write_deltalake(str(tmp_path / "s2"), ints(k=[1], b=[None]), configuration=CDF_ON)
+    with pytest.raises(DeltaError, match=r"NULL in column\(s\) b"):
+        m.attach_delta("s", tmp_path / "s2")
+    write_deltalake(str(tmp_path / "r2"), ints(a=[None]), configuration=CDF_ON)
+    with pytest.raises(DeltaError, match=r"NULL in column\(s\) a \(primary key\)"):
+        m.attach_delta("r", tmp_path / "r2")
+    assert m.registry()["tables"]["s"]["delta"] == str((tmp_path / "s").resolve())
+
+
 def test_unavailable_change_feed_is_refused_then_recomputed(spark: Any, tmp_path: Path) -> None:
     """Versions whose change feed is gone (a vacuum removed its files) are never skipped:
     maintain refuses, suggesting a recomputation, which then brings the view up to date."""

@@ -51,7 +51,12 @@ def validate(table: Table, df: Any) -> Any:
     key = list(table.primary_key)
     bad_type = ~F.col(CHANGE_TYPE).isin(*KINDS) | F.col(CHANGE_TYPE).isNull()
     old = F.col(CHANGE_TYPE).isin(*OLD_IMAGES)
+    # the catalog's NOT NULL columns: a new image with a NULL there would make the views
+    # planned on them silently wrong
+    not_null = list(table.not_null_non_key_columns)
     r = df.select(
+        *[F.sum(F.when(~old & F.col(c).isNull(), 1).otherwise(0)).alias(f"__null_{i}")
+          for i, c in enumerate(not_null)],
         F.sum(F.when(bad_type, 1).otherwise(0)).alias("bad_type"),
         F.sum(F.when(_any([F.col(k).isNull() for k in key]), 1).otherwise(0)).alias("null_key"),
         F.count("*").alias("n"),
@@ -66,6 +71,10 @@ def validate(table: Table, df: Any) -> Any:
     if r["null_key"]:
         raise ChangeFeedError(f"change batch for {table.name}: {r['null_key']} row(s) "
                               f"with a missing key ({', '.join(key)})")
+    nulls = [c for i, c in enumerate(not_null) if r[f"__null_{i}"]]
+    if nulls:
+        raise ChangeFeedError(f"change batch for {table.name}: NULL in column(s) "
+                              f"{', '.join(nulls)}, which the catalog declares NOT NULL")
     if r["n"] != r["distinct"]:
         raise ChangeFeedError(f"change batch for {table.name}: some key changes twice in one "
                               "_commit_version (two inserts, two deletes or two pre-images)")

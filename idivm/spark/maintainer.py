@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections import Counter
@@ -52,6 +53,7 @@ from idivm.spark.delta import (
     DeltaError,
     DeltaStore,
     add_actions,
+    arrow,
     open_table,
     quote_column,
     read_files,
@@ -68,6 +70,10 @@ BROADCAST_ROWS = 1_000_000
 
 
 Engine = Literal["auto", "spark", "driver"]
+
+
+# the message a NULL in a NOT NULL column fails load_table's write with: the column follows
+_NULL_MARK = "idivm: NULL in NOT NULL column <"
 
 
 class InjectedFailure(BaseException):
@@ -251,8 +257,25 @@ class SparkMaintainer:
         if users:
             raise IdivmError(f"{name} is read by view(s) {', '.join(users)}; reloading it "
                              "would cut their change feed (drop them first)")
-        self.store.create(name, self._typed(name, df.select(*table.column_names)),
-                          table.primary_key, None)
+        # a NULL in a column the catalog declares NOT NULL (or a key's) fails the write itself
+        # (no job of its own), naming the column; nothing is registered
+        from pyspark.sql import functions as F
+
+        typed = self._typed(name, df.select(*table.column_names))
+        not_null = {*table.primary_key, *table.not_null_non_key_columns}
+        typed = typed.select(*[
+            F.when(F.col(f"`{c}`").isNull(), F.raise_error(F.lit(f"{_NULL_MARK}{c}>")))
+            .otherwise(F.col(f"`{c}`")).alias(c) if c in not_null else F.col(f"`{c}`")
+            for c in table.column_names])
+        try:
+            self.store.create(name, typed, table.primary_key, None)
+        except Exception as e:
+            found = re.search(re.escape(_NULL_MARK) + r"(.*?)>", str(e))
+            if found is None:
+                raise
+            self.store.drop(name)
+            raise IdivmError(f"load_table {name}: NULL in column {found.group(1)}, which the "
+                             "catalog declares NOT NULL (or primary key); nothing loaded") from None
         self._base.pop(name, None)
         reg["tables"][name] = {}
         self._save(reg)
@@ -962,6 +985,19 @@ def check_attachable(table: Any, dt: Any, location: str) -> None:
     if problems:
         raise DeltaError(f"the Delta table at {location} does not match table {table.name}: "
                          + "; ".join(problems))
+    nullable = {f["name"] for f in json.loads(dt.schema().to_json())["fields"]
+                if f.get("nullable", True)}
+    nulls = null_columns(dt, [c for c in (*table.primary_key, *table.not_null_non_key_columns)
+                              if c in nullable])
+    if nulls:
+        said = ", ".join(c + (" (primary key)" if c in table.primary_key else "") for c in nulls)
+        raise DeltaError(
+            f"the Delta table at {location} holds NULL in column(s) {said}, which the catalog "
+            f"declares NOT NULL for table {table.name}: views over it are planned on that (NOT "
+            "IN, joins and IDs matched with =) and would be silently wrong, so nothing is read "
+            "from it. Remove the NULLs (or declare the column NOT NULL in the Delta table, "
+            "which its writers then enforce), or declare the column nullable in the catalog and "
+            "create the views again")
     partition = list(dt.metadata().partition_columns)
     if partition:
         for uri in dt.file_uris()[:100]:
@@ -969,6 +1005,27 @@ def check_attachable(table: Any, dt: Any, location: str) -> None:
                 raise DeltaError(f"the Delta table at {location} keeps partition values "
                                  "outside its file paths (random file prefixes); idivm's Spark "
                                  "reader needs hive-style partition directories")
+
+
+def null_columns(dt: Any, columns: Sequence[str]) -> list[str]:
+    """Which of ``columns`` hold a NULL in the Delta table ``dt`` (at its version): by the
+    files' statistics (``nullCount``, metadata only); a file without them for a column has
+    that column read (delta-rs, that column alone, deletion vectors applied)."""
+    if not columns:
+        return []
+    import pyarrow.compute as pc
+
+    files = add_actions(dt)
+    out = []
+    for c in columns:
+        counts = [f.get(f"null_count.{c}") for f in files]
+        if any(n is not None and n > 0 for n in counts):
+            out.append(c)
+        elif any(n is None for n in counts) and files:
+            data = arrow(dt.scan(columns=[c]).read_all()).column(c)
+            if pc.any(pc.is_null(data)).as_py():
+                out.append(c)
+    return out
 
 
 def _norm_type(spark_sql: str) -> str:

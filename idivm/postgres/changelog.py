@@ -68,6 +68,7 @@ __all__ = [
     "fold_into_temp",
     "fold_query",
     "fold_by_key",
+    "folds_by_key",
     "fold_select",
     "first_image_source",
     "install",
@@ -996,9 +997,26 @@ class KeyFold:
         return exp.select(exp.Literal.number(1)).from_(target.copy()).where(cls.placeholder())
 
     @classmethod
+    def placeholder_index(cls, name: str, target: exp.Table, keys: Sequence[str]) -> str:
+        """A partial index ``name`` of ``target``'s placeholder rows by ``keys``: writers of
+        the fold's relation index only those few rows, and the test for them, the fold of
+        their keys' log rows and their deletion read it rather than every row of the relation
+        (a scratch relation's scans read the dead pages of its earlier runs too)."""
+        return (f"CREATE INDEX {q(name)} ON {target.sql('postgres')} "
+                f"({', '.join(q(k) for k in keys)}) WHERE {cls.placeholder().sql('postgres')}")
+
+    @classmethod
     def drop_placeholders(cls, target: exp.Table) -> exp.Delete:
         """Delete ``target``'s placeholder rows."""
         return exp.delete(target.copy(), where=cls.placeholder())
+
+
+def folds_by_key(table: Table, server_types: Mapping[str, str] | None = None) -> bool:
+    """Whether ``fold_by_key`` folds ``table``'s log in two steps (a keyed grouping, then the
+    keys logged more often): it has a key, and every other column an equality."""
+    types = {c.name: c.type for c in table.columns} | dict(server_types or {})
+    return bool(table.primary_key) and not any(_without_equality(types[c])
+                                               for c in table.non_key_columns)
 
 
 def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
@@ -1021,10 +1039,9 @@ def fold_by_key(table: Table, log: exp.Expr, where: exp.Expr, companion: str,
     keeps meet, weaker where ``where`` is costly per row: their fold is then of more of their
     images, which is exact as long as each image left out could not matter (the fold's
     semijoins, ``postgres.compile.fold_visible``)."""
-    types = {c.name: c.type for c in table.columns} | dict(server_types or {})
-    keys, others = list(table.primary_key), list(table.non_key_columns)
-    if not keys or any(_without_equality(types[c]) for c in others):
+    if not folds_by_key(table, server_types):
         return KeyFold(fold_select(table, log, where, server_types=server_types))
+    keys, others = list(table.primary_key), list(table.non_key_columns)
     op = _col(OP)
     is_d = exp.EQ(this=op, expression=exp.Literal.string(OP_DELETE))
     is_i = exp.EQ(this=op, expression=exp.Literal.string(OP_INSERT))

@@ -62,6 +62,7 @@ from idivm.postgres.changelog import (
     dollar_quote,
     first_image_source,
     fold_by_key,
+    folds_by_key,
     indent,
     lit,
     log_images,
@@ -74,7 +75,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 38  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 39  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -1895,6 +1896,13 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         create_temps.append(f"CREATE UNLOGGED TABLE {q(companion)}.{q(r.name)} "
                             f"({', '.join(defs)}) WITH (autovacuum_enabled = false, "
                             "toast.autovacuum_enabled = false);")
+        if t not in linear and folds_by_key(tb, column_types[t]):
+            # (TPC-H SF 1 Q5's fold of ~16k line-item log rows, fresh views side by side over
+            # 12 batches: 27.4 → 23.0 ms)
+            target = exp.table_(exp.to_identifier(r.name, quoted=True),
+                                db=exp.to_identifier(companion, quoted=True))
+            create_temps.append(KeyFold.placeholder_index(fit(f"{r.name}__logged_more"),
+                                                          target, tb.primary_key) + ";")
     for it in items:
         s = it.statement
         if isinstance(s, Compute):

@@ -187,6 +187,22 @@ def test_an_outer_join_count_reads_the_touched_customers_only(pg_dsn: str, pg_sc
     assert big["rows"] <= 2_000, big
 
 
+def grouped_join(conn: psycopg.Connection[Any], schema: str, rows: int, groups: int) -> str:
+    """Tables ``t`` (``rows`` rows, keyed by ``k``, in ``groups`` groups ``g``) and ``u`` (a
+    name per group) in ``schema``, made the connection's search path; returns a view summing
+    ``t.x`` per name — a join, so a batch's changes are folded into a scratch relation rather
+    than summed from the log."""
+    conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+    conn.execute("CREATE TABLE t (k int PRIMARY KEY, g int NOT NULL, x int)")
+    conn.execute("INSERT INTO t SELECT i, i %% %s, i FROM generate_series(1, %s) i",
+                 (groups, rows))
+    conn.execute("CREATE TABLE u (g int PRIMARY KEY, name text)")
+    conn.execute("INSERT INTO u SELECT i, 'g' || i FROM generate_series(0, %s) i",
+                 (groups - 1,))
+    return ("SELECT u.name, sum(t.x) AS s, count(*) AS n FROM t JOIN u ON u.g = t.g "
+            "GROUP BY u.name")
+
+
 def test_scratch_relations_stay_near_one_runs_size(pg_dsn: str, pg_schema: str) -> None:
     """A scratch relation is emptied by DELETE (the cached plans stay) and never vacuumed, so a
     DELETE's space is not reused: each run's rows go to new pages. Past 1 MB and 1 KB per row
@@ -198,15 +214,7 @@ def test_scratch_relations_stay_near_one_runs_size(pg_dsn: str, pg_schema: str) 
 
     rows = 2_000
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
-        conn.execute("CREATE TABLE t (k int PRIMARY KEY, g int NOT NULL, x int)")
-        conn.execute("INSERT INTO t SELECT i, i %% 50, i FROM generate_series(1, %s) i",
-                     (4 * rows,))
-        conn.execute("CREATE TABLE u (g int PRIMARY KEY, name text)")
-        conn.execute("INSERT INTO u SELECT i, 'g' || i FROM generate_series(0, 49) i")
-        # (a join: the changes are folded into a scratch relation, not summed from the log)
-        view = ("SELECT u.name, sum(t.x) AS s, count(*) AS n FROM t JOIN u ON u.g = t.g "
-                "GROUP BY u.name")
+        view = grouped_join(conn, pg_schema, 4 * rows, 50)
         with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
             m.create_view("v", view)
             function = m.conn.execute(f"SELECT function FROM {pg_schema}__idivm.{REGISTRY} "
@@ -570,13 +578,7 @@ def test_the_keys_logged_more_often_are_found_through_a_partial_index(pg_dsn: st
     1 Q5's fold of ~16k line-item log rows: 27.4 → 23.0 ms). A batch changing keys more than
     once (updated twice, inserted then deleted, updated then deleted) is folded exactly."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
-        conn.execute("CREATE TABLE t (k int PRIMARY KEY, g int NOT NULL, x int)")
-        conn.execute("INSERT INTO t SELECT i, i % 5, i FROM generate_series(1, 100) i")
-        conn.execute("CREATE TABLE u (g int PRIMARY KEY, name text)")
-        conn.execute("INSERT INTO u SELECT i, 'g' || i FROM generate_series(0, 4) i")
-        view = ("SELECT u.name, sum(t.x) AS s, count(*) AS n FROM t JOIN u ON u.g = t.g "
-                "GROUP BY u.name")
+        view = grouped_join(conn, pg_schema, 100, 5)
         with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
             m.create_view("v", view)
             preds = [r[0] for r in conn.execute(

@@ -575,7 +575,7 @@ def test_the_keys_logged_more_often_are_found_through_a_partial_index(pg_dsn: st
     """A fold relation folded by key (``fold_by_key``) has a partial index of its placeholder
     rows (the keys logged more often): their test, the fold of their log rows and their
     deletion read it, not the relation's rows and the dead pages of its earlier runs (TPC-H SF
-    1 Q5's fold of ~16k line-item log rows: 27.4 → 23.0 ms). A batch changing keys more than
+    1 Q5's fold of ~16k line-item log rows: 26.5 → 22.3 ms). A batch changing keys more than
     once (updated twice, inserted then deleted, updated then deleted) is folded exactly."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         view = grouped_join(conn, pg_schema, 100, 5)

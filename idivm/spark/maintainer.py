@@ -971,7 +971,8 @@ def check_attachable(table: Any, dt: Any, location: str) -> None:
     if bad:
         raise DeltaError(f"the Delta table at {location} uses reader feature(s) "
                          f"{', '.join(bad)}, which idivm's Spark reader does not support")
-    fields = {f["name"]: f["type"] for f in json.loads(dt.schema().to_json())["fields"]}
+    schema = json.loads(dt.schema().to_json())["fields"]
+    fields = {f["name"]: f["type"] for f in schema}
     problems = []
     for col in table.columns:
         if col.name not in fields:
@@ -985,8 +986,7 @@ def check_attachable(table: Any, dt: Any, location: str) -> None:
     if problems:
         raise DeltaError(f"the Delta table at {location} does not match table {table.name}: "
                          + "; ".join(problems))
-    nullable = {f["name"] for f in json.loads(dt.schema().to_json())["fields"]
-                if f.get("nullable", True)}
+    nullable = {f["name"] for f in schema if f.get("nullable", True)}
     nulls = null_columns(dt, [c for c in (*table.primary_key, *table.not_null_non_key_columns)
                               if c in nullable])
     if nulls:

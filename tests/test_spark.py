@@ -195,14 +195,21 @@ def test_change_feed_validation(spark: Any, tmp_path: Path) -> None:
 
 def test_load_table_refuses_null_in_not_null_columns(spark: Any, tmp_path: Path) -> None:
     """A NULL where the catalog says NOT NULL (a key, or price) fails the load by name, in the
-    write itself; nothing is registered, and a good load of the same table then works."""
+    write itself; nothing is registered, and a good load of the same table then works — and
+    stays as it was when a later load is refused."""
     m = maintainer(spark, tmp_path, PAPER_DDL)
-    for rows, column in (([("P1", None)], "price"), ([(None, 3)], "pid")):
+    bad = (([("P1", None)], "price"), ([(None, 3)], "pid"))
+    for rows, column in bad:
         with pytest.raises(idivm.IdivmError, match=f"NULL in column {column}.*NOT NULL"):
             m.load_table("parts", spark.createDataFrame(rows, "pid string, price int"))
         assert "parts" not in m.registry()["tables"]
     m.load_table("parts", spark.createDataFrame([("P1", 10)], "pid string, price int"))
     assert sorted(m.spark.table("parts").collect()) == [("P1", 10)]
+    for rows, column in bad:
+        with pytest.raises(idivm.IdivmError, match=f"NULL in column {column}"):
+            m.load_table("parts", spark.createDataFrame(rows, "pid string, price int"))
+    m.create_view("v", "SELECT pid, price FROM parts")
+    assert sorted(tuple(r) for r in m.read_view("v").collect()) == [("P1", 10)]
 
 
 def _forty(spark: Any, m: Any) -> None:

@@ -247,29 +247,36 @@ class DeltaStore:
     # -- create / read / drop -------------------------------------------------------------------
     def create(self, name: str, df: Any, key: Sequence[str], bucket_col: str | None) -> None:
         """A new Delta table holding ``df``; bucketed by ``bucket_col`` unless None (base
-        tables keep their own shape). Replaces a table of that name (its history goes)."""
+        tables keep their own shape). Replaces a table of that name (its history goes) once
+        ``df`` is written: a write that fails (a NULL ``load_table`` refuses) leaves it as it
+        was."""
         from pyspark.sql import functions as F
 
         path = self.path(name)
-        if path.exists():
-            shutil.rmtree(path)
-        self._forget(name)
-        self._dvs.pop(name, None)  # its log starts again
         layout: dict[str, Any] = {"key": list(key)}
         run = uuid.uuid4().hex[:12]
         out = self.staging(run, name)
         partition: list[str] = []
-        if bucket_col is not None:
-            rows = df.count()
-            n = self.fixed_buckets or _pow2(max(1, rows // self.rows_per_bucket))
-            n = max(1, min(n, self.max_buckets))
-            layout |= {"bucket_col": bucket_col, "buckets": n}
-            df = df.withColumn(BUCKET, _bucket_of(F.col(f"`{bucket_col}`"), n))
-            # one file per bucket: without the shuffle every task writes into every bucket
-            df.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET).parquet(str(out))
-            partition = [BUCKET]
-        else:
-            df.write.mode("overwrite").parquet(str(out))
+        try:
+            if bucket_col is not None:
+                rows = df.count()
+                n = self.fixed_buckets or _pow2(max(1, rows // self.rows_per_bucket))
+                n = max(1, min(n, self.max_buckets))
+                layout |= {"bucket_col": bucket_col, "buckets": n}
+                df = df.withColumn(BUCKET, _bucket_of(F.col(f"`{bucket_col}`"), n))
+                # one file per bucket: without the shuffle every task writes into every bucket
+                df.repartition(BUCKET).write.mode("overwrite").partitionBy(BUCKET) \
+                    .parquet(str(out))
+                partition = [BUCKET]
+            else:
+                df.write.mode("overwrite").parquet(str(out))
+        except Exception:
+            shutil.rmtree(self.root / STAGING / run, ignore_errors=True)
+            raise
+        if path.exists():
+            shutil.rmtree(path)
+        self._forget(name)
+        self._dvs.pop(name, None)  # its log starts again
         adds = _move_files(out, path, run)
         from deltalake.transaction import create_table_with_add_actions
 

@@ -258,7 +258,7 @@ class SparkMaintainer:
             raise IdivmError(f"{name} is read by view(s) {', '.join(users)}; reloading it "
                              "would cut their change feed (drop them first)")
         # a NULL in a column the catalog declares NOT NULL (or a key's) fails the write itself
-        # (no job of its own), naming the column; nothing is registered
+        # (no job of its own), naming the column; nothing is registered or replaced
         from pyspark.sql import functions as F
 
         typed = self._typed(name, df.select(*table.column_names))
@@ -273,9 +273,9 @@ class SparkMaintainer:
             found = re.search(re.escape(_NULL_MARK) + r"(.*?)>", str(e))
             if found is None:
                 raise
-            self.store.drop(name)
             raise IdivmError(f"load_table {name}: NULL in column {found.group(1)}, which the "
-                             "catalog declares NOT NULL (or primary key); nothing loaded") from None
+                             "catalog declares NOT NULL (or primary key); nothing loaded, the "
+                             "table stays as it was") from None
         self._base.pop(name, None)
         reg["tables"][name] = {}
         self._save(reg)

@@ -373,7 +373,7 @@ def rename_columns(e: exp.Expr, mapping: Mapping[str, exp.Expr]) -> exp.Expr:
             return mapping[n.name].copy()
         return n
 
-    return e.copy().transform(sub)
+    return e.transform(sub)
 
 
 def replace_child(node: Node, index: int, child: Node) -> Node:

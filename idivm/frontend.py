@@ -279,7 +279,7 @@ def _shown(e: exp.Expr, limit: int = 80) -> str:
             return n.this
         return n
 
-    text = e.copy().transform(sub).sql("postgres")
+    text = e.transform(sub).sql("postgres")
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
@@ -526,7 +526,7 @@ class _Converter:
                 raise UnsupportedSQL("column reference", f"unresolved column {n.sql()}")
             return n
 
-        return e.copy().transform(sub), correlated
+        return e.transform(sub), correlated
 
     def select(self, s: exp.Select, outer: _Scope | None) -> tuple[A.Node, list[str]]:
         scope = _Scope({}, outer)
@@ -1084,7 +1084,7 @@ class _Converter:
             key = n.sql()
             return A.col(post[key]) if key in post else n
 
-        out = e.copy().transform(rewrite)
+        out = e.transform(rewrite)
         allowed = set(post.values())
         for c in out.find_all(exp.Column):
             if c.name not in allowed:

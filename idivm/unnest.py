@@ -441,7 +441,7 @@ def empty_value(value: exp.Expr) -> exp.Expr:
             return exp.null()
         return n
 
-    return exp.paren(value.copy().transform(sub))
+    return exp.paren(value.transform(sub))
 
 
 def _grouped(sub: exp.Expr, alias: str, outer_own: set[str],
@@ -635,8 +635,8 @@ def outer_join_probe(sub: exp.Select, fresh: Callable[[str], str]) -> exp.Select
             return exp.column(cols[(n.table, n.name)], table=alias)
         return n
 
-    out = exp.select(*[e.copy().transform(reread) for e in sub.expressions]).from_(
+    out = exp.select(*[e.transform(reread) for e in sub.expressions]).from_(
         exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias))))
     if corr:
-        out = out.where(exp.and_(*[x.copy().transform(reread) for x in corr]), copy=False)
+        out = out.where(exp.and_(*[x.transform(reread) for x in corr]), copy=False)
     return out

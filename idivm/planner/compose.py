@@ -273,7 +273,8 @@ def _post_of_touched(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select
             pairs = [(k, k) for k in _probed(a.ids, m.constant)]
             if kind == "del":
                 q = select([(k, c(k, x)) for k in cols], cur,
-                           exp.Not(this=exists(t(d.name, "z"), match(pairs, x, "z", nulls))))
+                           exp.Not(this=exists(t(d.name, "z"), match(pairs, x, "z", nulls))),
+                           owned=True)
             elif kind == "upd":
                 u = f"u{i}"
                 posts = select([(k, c(k, "z")) for k in a.ids]
@@ -287,7 +288,7 @@ def _post_of_touched(m: Materialized, diffs: tuple[DiffNode, ...]) -> exp.Select
                     subquery(posts, u), on=match(pairs, x, u, nulls), join_type="left")
             else:
                 kept = select([(k, c(k, x)) for k in cols], cur, exp.Not(this=exists(
-                    t(d.name, "z"), match(pairs, x, "z", nulls))))
+                    t(d.name, "z"), match(pairs, x, "z", nulls))), owned=True)
                 rows = select([(k, c(k, "z")) for k in cols], t(d.name, "z"), distinct=True)
                 q = select([(k, c(k, f"y{i}")) for k in cols],
                            subquery(union_all([kept, rows]), f"y{i}"))
@@ -489,7 +490,8 @@ class Resolver:
         src = subquery(self.state(nid, which, applied, (named, ids)), "s")
         nullable = {k: True for k in ids if info.nullable.get(k, True)}
         return select([(k, c(k, "s")) for k in node.columns], src,
-                      exists(t(diff, "z"), match([(k, k) for k in ids], "s", "z", nullable)))
+                      exists(t(diff, "z"), match([(k, k) for k in ids], "s", "z", nullable)),
+                      owned=True)
 
     def resolve(self, q: exp.Expr, applied: frozenset[int],
                 rewrite_fetch: Callable[[str, int, DiffNode], exp.Expr | None]
@@ -520,4 +522,4 @@ class Resolver:
                 return t(rel.name, alias or None)
             return subquery(rel, alias or n.name)
 
-        return q.copy().transform(sub, copy=False)
+        return q.transform(sub)  # (a copy, rewritten)

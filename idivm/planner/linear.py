@@ -100,7 +100,7 @@ def _as_post(e: exp.Expr) -> exp.Expr:
                 out.this.set("this", new)  # (quoted as it was)
                 return out
         return node
-    return e.copy().transform(rw)
+    return e.transform(rw)
 
 
 def _refs(statements: Sequence[Statement], name: str) -> Iterator[exp.Table]:

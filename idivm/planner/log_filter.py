@@ -96,7 +96,7 @@ def _through(e: exp.Expr, exprs: Mapping[str, exp.Expr]) -> exp.Expr | None:
             e = exprs[node.name].copy()
             return e if isinstance(e, exp.Column | exp.Literal | exp.Paren) else exp.paren(e)
         return node
-    return e.copy().transform(rw)
+    return e.transform(rw)
 
 
 def base_named(scan: A.Scan, e: exp.Expr) -> exp.Expr:
@@ -107,7 +107,7 @@ def base_named(scan: A.Scan, e: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column) and node.name in names:
             return exp.column(names[node.name], quoted=True)
         return node
-    return e.copy().transform(rw)
+    return e.transform(rw)
 
 
 def _keyed(join: A.Node, stored: A.Node, child: A.Node,

@@ -228,10 +228,8 @@ def _merge_at(q: exp.Select, pos: int, src: exp.Subquery) -> bool:
     if not own or len(set(own_aliases)) != len(own_aliases):
         return False
     # every column of the derived table names one of its own sources (none is correlated)
-    inside: set[int] = set()
     nested_aliases: set[str] = set()
     for n in src.walk():
-        inside.add(id(n))
         if isinstance(n, exp.Column) and n.table not in own_aliases and not _nested(n, inner):
             return False
         if isinstance(n, exp.Table | exp.Subquery) and n.alias and n is not src and \
@@ -239,8 +237,8 @@ def _merge_at(q: exp.Select, pos: int, src: exp.Subquery) -> bool:
             nested_aliases.add(n.alias)
     outside_cols: list[exp.Column] = []
     taken: set[str] = set()
-    for n in q.walk():  # one pass over the rest of q
-        if id(n) in inside:
+    for n in q.walk(prune=lambda x: x is src):  # one pass over the rest of q
+        if n is src:
             continue
         if isinstance(n, exp.Column):
             outside_cols.append(n)

@@ -183,13 +183,20 @@ def t(name: str, alias: str | None = None) -> exp.Table:
 
 
 def select(items: Sequence[tuple[str, exp.Expr]], from_: exp.Expr,
-           where: exp.Expr | None = None, distinct: bool = False) -> exp.Select:
+           where: exp.Expr | None = None, distinct: bool = False,
+           owned: bool = False) -> exp.Select:
+    """SELECT items FROM from_ [WHERE where]. Each input is copied once (the items by
+    alias_; from_ and where as sqlglot's builders would have copied them — from_ only when a
+    WHERE or DISTINCT follows), the query itself never: the builders' default copies of the
+    growing query were a large part of planning. ``owned``: from_ and where are the
+    caller's fresh trees, handed over uncopied (a query nested in the next one's FROM)."""
     q = exp.select(*[exp.alias_(e, exp.to_identifier(n, quoted=True)) for n, e in items])
-    q = q.from_(from_)
+    q = q.from_(from_.copy() if (where is not None or distinct) and not owned else from_,
+                copy=False)
     if where is not None:
-        q = q.where(where)
+        q = q.where(where if owned else where.copy(), copy=False)
     if distinct:
-        q = q.distinct()
+        q = q.distinct(copy=False)
     return q
 
 

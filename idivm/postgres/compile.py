@@ -368,10 +368,25 @@ def _implied_semijoin(e: exp.Exists) -> exp.Exists | None:
                 return equal[node.name].copy()
             return node
 
-        implied = isub.copy().transform(outer_of)
+        implied = isub.transform(outer_of)
         assert isinstance(implied, exp.Select)
         return exp.Exists(this=implied)
     return None
+
+
+def _rewritten(statements: Sequence[Statement], rw: Callable[[exp.Expr], exp.Expr],
+               touches: Callable[[exp.Expr], bool]) -> list[Statement]:
+    """Each computed relation's query through ``rw`` (sqlglot's transform, on a copy), for
+    the queries with a node ``touches`` accepts (those ``rw`` may change); the others are
+    kept as they are rather than copied — every pass copied every statement, a large part of
+    a view's compile."""
+    return [dataclasses.replace(s, query=s.query.transform(rw))
+            if isinstance(s, Compute) and any(map(touches, s.query.walk())) else s
+            for s in statements]
+
+
+def _null_test(n: exp.Expr) -> bool:
+    return isinstance(n, exp.Is) and isinstance(n.expression, exp.Null)
 
 
 def images_not_null(statements: Sequence[Statement], change: str,
@@ -404,10 +419,10 @@ def images_not_null(statements: Sequence[Statement], change: str,
                 return exp.false()
             return n
 
-        return node.copy().transform(false)
+        return node.transform(false)
 
-    return [dataclasses.replace(s, query=s.query.transform(rw)) if isinstance(s, Compute)
-            else s for s in statements]
+    return _rewritten(statements, rw, lambda n: _null_test(n) and isinstance(n.this, exp.Column)
+                      and n.this.name in names)
 
 
 def semijoins_through_keys(statements: Sequence[Statement]) -> list[Statement]:
@@ -431,8 +446,7 @@ def semijoins_through_keys(statements: Sequence[Statement]) -> list[Statement]:
         new.set("where", exp.Where(this=A.conjoin([*(x.copy() for x in parts), *added])))
         return new
 
-    return [dataclasses.replace(s, query=s.query.transform(rw)) if isinstance(s, Compute)
-            else s for s in statements]
+    return _rewritten(statements, rw, lambda n: isinstance(n, exp.Exists))
 
 
 def strict_columns(e: exp.Expr) -> list[exp.Column] | None:
@@ -472,8 +486,7 @@ def strict_null_tests(statements: Sequence[Statement]) -> list[Statement]:
         return exp.paren(exp.or_(*[exp.Is(this=col.copy(), expression=exp.Null())
                                    for col in unique]))
 
-    return [dataclasses.replace(s, query=s.query.transform(rw)) if isinstance(s, Compute)
-            else s for s in statements]
+    return _rewritten(statements, rw, _null_test)
 
 
 def _rename_tables(e: exp.Expr, names: Mapping[str, str]) -> exp.Expr:
@@ -492,8 +505,11 @@ def rename_temporaries(statements: Sequence[Statement], names: Mapping[str, str]
     out: list[Statement] = []
     for s in statements:
         if isinstance(s, Compute):
+            renamed = any(isinstance(n, exp.Table) and not n.args.get("db") and n.name in names
+                          for n in s.query.walk())  # (else kept, not copied)
             out.append(dataclasses.replace(s, name=names.get(s.name, s.name),
-                                           query=_rename_tables(s.query, names)))
+                                           query=_rename_tables(s.query, names) if renamed
+                                           else s.query))
         else:
             out.append(dataclasses.replace(
                 s, diff=names.get(s.diff, s.diff),
@@ -1120,24 +1136,28 @@ def cut_unions(tree: exp.Expr, needs: Callable[[exp.Expr], str | None],
     annotated statement), so that the union's values and types do not depend on which
     branches remain."""
     found = _passed_union(tree)
-    annotated = _annotated(tree, types)
-    twin = _passed_union(annotated) if annotated is not None else None
-    if found is None or twin is None:
+    if found is None:
         return tree
     sub, union = found
-    branches, typed = _union_branches(union), _union_branches(twin[1])
-    if branches is None or typed is None or len(branches) < 2 or \
-            len(branches) != len(typed) or not _same_types(typed):
+    branches = _union_branches(union)
+    if branches is None or len(branches) < 2:
         return tree
-    out = []
+    needed = []
     for b in branches:
         where = b.args.get("where")
         conds = [x for x in map(needs, A.conjuncts(where.this))
                  if x is not None] if where is not None else []
-        out.append((" AND ".join(f"({x})" for x in conds) or None,
-                    "(" + b.sql("postgres") + ")"))
-    if all(cond is None for cond, _ in out):
+        needed.append(" AND ".join(f"({x})" for x in conds) or None)
+    if all(cond is None for cond in needed):
         return tree
+    # (typed last: annotating the statement is the costliest step, and most have no union
+    # whose branches need anything)
+    annotated = _annotated(tree, types)
+    twin = _passed_union(annotated) if annotated is not None else None
+    typed = _union_branches(twin[1]) if twin is not None else None
+    if typed is None or len(branches) != len(typed) or not _same_types(typed):
+        return tree
+    out = [(cond, "(" + b.sql("postgres") + ")") for cond, b in zip(needed, branches, strict=True)]
     mark = f"idivm__union{len(cuts)}__"
     cuts.append(Cut(mark, " UNION " if union.args.get("distinct") else " UNION ALL ",
                     tuple(out)))
@@ -1564,7 +1584,7 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
             held, _, _ = parts(node)
             key, col = stored[node.nid].key[0], node.expressions[0]
             # (the value over the log's own columns, as the fold's filter reads them)
-            bare = col.copy().transform(lambda n: exp.column(n.name, quoted=True)
+            bare = col.transform(lambda n: exp.column(n.name, quoted=True)
                                         if isinstance(n, exp.Column) else n)
             log = log_ref(schema, t)
             log.set("alias", exp.TableAlias(this=exp.to_identifier("h")))

@@ -10,7 +10,6 @@ names resolve.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import secrets
 import time
@@ -52,11 +51,7 @@ REGISTRY = "views"
 REWRITE_TRIGGER = "idivm_guard_rewrite"
 
 
-@functools.lru_cache(maxsize=4096)
-def q(name: str) -> str:
-    """One identifier quoted for PostgreSQL (by sqlglot; remembered: every maintain names
-    the companion's relations)."""
-    return exp.to_identifier(name, quoted=True).sql("postgres")
+q = changelog.q  # one identifier quoted for PostgreSQL (remembered)
 
 
 def qq(schema: str, name: str) -> str:

@@ -486,7 +486,7 @@ def strict_null_tests(statements: Sequence[Statement]) -> list[Statement]:
         return exp.paren(exp.or_(*[exp.Is(this=col.copy(), expression=exp.Null())
                                    for col in unique]))
 
-    return _rewritten(statements, rw, _null_test)
+    return _rewritten(statements, rw, lambda n: rw(n) is not n)
 
 
 def _rename_tables(e: exp.Expr, names: Mapping[str, str]) -> exp.Expr:
@@ -824,13 +824,14 @@ def _deleting_into_snapshot(item: Inlined, fix: Fix = _same) -> str:
 
 
 def _outside(query: exp.Expr) -> exp.Expr:
-    """``query`` as SQL outside the function (creating a scratch relation from its shape): the
-    watermark variable a read of the log compares with becomes a typed NULL."""
+    """``query`` (the caller's own copy, rewritten in place) as SQL outside the function
+    (creating a scratch relation from its shape): the watermark variable a read of the log
+    compares with becomes a typed NULL."""
     def rw(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column) and not node.table and node.name == PREV:
             return exp.Cast(this=exp.Null(), to=exp.DataType.build("pg_snapshot", udt=True))
         return node
-    return query.transform(rw)
+    return query.transform(rw, copy=False)
 
 
 def _comment(text: str) -> str:

@@ -83,6 +83,7 @@ def test_parts_devices_sweep_on_postgres(pg_dsn: str, pg_schema: str, tmp_path: 
     assert (tmp_path / "sweep_j_postgres.png").exists()
 
 
+@pytest.mark.slow  # a benchmark harness run (correctness: the differential suites)
 @pytest.mark.postgres
 def test_warmup_batches_are_verified_not_measured(pg_dsn: str, pg_schema: str,
                                                   tmp_path: Path) -> None:

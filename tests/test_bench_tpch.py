@@ -168,6 +168,7 @@ def test_without_pg_ivm_the_run_says_so(pg_dsn: str, tmp_path: Path,
     assert "no pg_ivm column: pg_ivm is not installed (test)" in out.getvalue()
 
 
+@pytest.mark.slow  # a benchmark harness run with its pg_ivm peer (correctness: the suites)
 def test_pg_ivm_refusals_and_a_failed_batch(pg_dsn: str, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """pg_ivm refuses Q2 (a scalar subquery): its message recorded, no column; Q6's IMMV

@@ -25,26 +25,29 @@ T = TypeVar("T")
 START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
 
-# The longest test files, longest first (seconds on 2 cores, CI of 2026-11-27), run before the
-# others: xdist hands a file at a time to the next free worker in collection order
-# (``--no-loadscope-reorder``), so the two workers finish together instead of one running
-# Spark's long files alone at the end.
+# The longest test files, longest first (seconds on 2 cores, CI of 2026-11-30 on a slow
+# machine, from its JUnit report): xdist hands a file at a time to the next free worker in
+# collection order (``--no-loadscope-reorder``), so the two workers finish together instead
+# of one running a long file alone at the end.
 LONGEST_FIRST = (
-    "tests/test_spark_pipeline.py",  # 210
-    "tests/test_spark.py",  # 200
-    "tests/test_spark_mixed.py",  # 196
-    "tests/test_fuzz.py",  # 149
-    "tests/test_spark_delta.py",  # 93
-    "tests/test_differential_pg.py",  # 92
-    "tests/test_spark_differential.py",  # ~85
-    "tests/fresh/test_tpch.py",  # 84
-    "tests/test_frontend_trust.py",  # 69
-    "tests/fresh/test_differential.py",  # 65
-    "tests/fresh/test_nested.py",  # 64
-    "tests/test_spark_sdp.py",  # 55
-    "tests/fresh/test_fuzz_found_fresh.py",  # 45
-    "tests/test_bench_tpch.py",  # 44
-    "tests/test_cli_spark.py",  # 37
+    "tests/test_differential_pg.py",  # 365
+    "tests/test_spark.py",  # 289
+    "tests/test_spark_mixed.py",  # 259
+    "tests/test_spark_pipeline.py",  # 227
+    "tests/test_fuzz.py",  # 150
+    "tests/test_rules_trust.py",  # 114
+    "tests/test_spark_delta.py",  # 97
+    "tests/test_pg_trust.py",  # 96
+    "tests/test_pg_plan_shape.py",  # 84
+    "tests/test_frontend_trust.py",  # 83
+    "tests/test_spark_differential.py",  # 74
+    "tests/test_spark_sdp.py",  # 57
+    "tests/test_bench_tpch.py",  # 56
+    "tests/test_pg_isolation.py",  # 53
+    "tests/test_cli_spark.py",  # 44
+    "tests/fresh/test_nested.py",  # 42
+    "tests/test_fuzz_found.py",  # 39
+    "tests/fresh/test_tpch.py",  # 34
 )
 
 

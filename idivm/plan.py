@@ -217,7 +217,8 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
             st = Compute(st.name, resolver.resolve(st.query, applied, fetch), st.comment,
                          st.phase)
         stmts.append(st)
-    stmts = minimize.compose_queries(minimize.drop_unread(minimize.inline_single_use(stmts)))
+    stmts, reads = minimize.inlined_with_refs(stmts)
+    stmts = minimize.compose_queries(minimize.drop_unread(stmts, reads))
     return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog, strategy,
                 frozenset(selective.values()),
                 input_lookups(root, infos, {m.nid for m in comp.materialized}))

@@ -38,7 +38,7 @@ MIN/MAX, a cache updated by key, an APPLY) keeps the fold.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from sqlglot import exp
 
@@ -109,6 +109,20 @@ def _refs(statements: Sequence[Statement], name: str) -> Iterator[exp.Table]:
             for tb in s.query.find_all(exp.Table):
                 if tb.name == name and not tb.args.get("db"):
                     yield tb
+
+
+def _refs_of(statements: Sequence[Statement], names: Collection[str]
+             ) -> dict[str, list[exp.Table]]:
+    """``_refs`` of every name in ``names`` at once: one walk of the statements, not one per
+    name (a view's change tables are checked together)."""
+    out: dict[str, list[exp.Table]] = {n: [] for n in names}
+    for s in statements:
+        if isinstance(s, Compute):
+            for tb in s.query.find_all(exp.Table):
+                found = out.get(tb.name)
+                if found is not None and not tb.args.get("db"):
+                    found.append(tb)
+    return out
 
 
 def _plain(sel: exp.Select) -> bool:
@@ -203,10 +217,11 @@ def _mirrors(pre: exp.Select, post: exp.Select, names: Sequence[str], summed: se
     return True
 
 
-def _linear(statements: Sequence[Statement], name: str, keys: frozenset[str]) -> bool:
+def _linear(statements: Sequence[Statement], name: str, keys: frozenset[str],
+            refs: Sequence[exp.Table]) -> bool:
     if any(isinstance(s, Apply) and s.diff == name for s in statements):
         return False
-    tops = _tops(statements, name, keys)
+    tops = _tops(statements, name, keys, refs)
     return tops is not None and all(_pairs(top, name, keys) is not None for top in tops)
 
 
@@ -245,11 +260,12 @@ def _pairs(top: exp.Expr, name: str, keys: frozenset[str]
     return summed, out
 
 
-def _tops(statements: Sequence[Statement], name: str, keys: frozenset[str]
-          ) -> list[exp.Expr] | None:
+def _tops(statements: Sequence[Statement], name: str, keys: frozenset[str],
+          refs: Sequence[exp.Table] | None = None) -> list[exp.Expr] | None:
     """The unions of branches reading ``name`` (each branch one side's images), None if a
-    reference is not in such a branch."""
-    refs = list(_refs(statements, name))
+    reference is not in such a branch. ``refs``: ``_refs(statements, name)``, when the
+    caller has them."""
+    refs = list(_refs(statements, name)) if refs is None else refs
     if not refs:
         return None
     tops: dict[int, exp.Expr] = {}
@@ -311,8 +327,9 @@ def linear_change_tables(statements: Sequence[Statement], change_tables: Mapping
     ``statements`` read only as sums of per-image contributions (the module's shape): their
     statements give the same result over the table's log rows, each read as a post-image
     (an insert's, an update's new row) or a pre-image (a delete's, an update's old row)."""
+    refs = _refs_of(statements, change_tables)
     return frozenset(n for n, keys in change_tables.items()
-                     if _linear(statements, n, frozenset(keys)))
+                     if _linear(statements, n, frozenset(keys), refs[n]))
 
 
 def read_from(statements: Sequence[Statement], name: str, source: exp.Expr

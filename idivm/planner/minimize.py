@@ -143,13 +143,12 @@ def summarize(comment: str) -> str:
                                     for r, n in counts.items()])
 
 
-def drop_unread(stmts: Sequence[Statement], reads: Sequence[Sequence[str]] | None = None
+def drop_unread(stmts: Sequence[Statement], reads: Sequence[Sequence[str]]
                 ) -> list[Statement]:
     """Remove i-diffs that no statement reads (e.g. rules whose output was not needed).
-    ``reads``: each statement's ``_refs``, when the caller has them (``inlined_with_refs``)."""
+    ``reads``: the relations each statement reads (``inlined_with_refs``)."""
     out = list(stmts)
-    refs = {id(st): _refs(st) for st in out} if reads is None else \
-        {id(st): list(r) for st, r in zip(out, reads, strict=True)}
+    refs = {id(st): list(r) for st, r in zip(out, reads, strict=True)}
     while True:
         uses = Counter(r for st in out for r in refs[id(st)])
         keep = [st for st in out if not (isinstance(st, Compute)

@@ -313,10 +313,10 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
               warm_session: bool = False) -> Threshold:
     """``decide("auto", n, …)`` for every batch size n at once: the first n it recomputes
     (maintaining any smaller batch) becomes ``max_changes + 1``. Between consecutive sizes
-    ``4 (s + 1)`` of the measured maintenances s, the model's inputs (the per-change rate, the
-    batches measured at a comparable size) are fixed and its maintenance estimate grows with
-    n, so ``decide`` turns from id to recompute at most once there: each such interval is
-    checked at its ends and bisected where it turns. (Where ``decide`` would maintain a
+    where the model's inputs change (``_breaks``: the per-change rate, the batches measured at
+    a comparable size) its maintenance estimate grows with n and nothing else moves, so
+    ``decide`` turns from id to recompute at most once there: each such interval is checked
+    at its ends and bisected where it turns. (Where ``decide`` would maintain a
     batch larger than one it recomputes — exploring a size never measured although a smaller
     one already costs more than recomputing — the threshold recomputes: the larger costs
     more still.) Kept for the arguments last seen (a refresh with nothing pending leaves
@@ -325,8 +325,7 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     def verdict(n: int, model: tuple[float, float]) -> _Verdict:
         return _verdict(n, base_rows, history, engine, warm_session, model)
 
-    points = sorted({1, LARGEST_BATCH, *[4 * (x[0] + 1) for x in history.maintain
-                                         if x[2] == engine and 4 * (x[0] + 1) < LARGEST_BATCH]})
+    points = sorted({1, LARGEST_BATCH, *_breaks(history, engine)})
     first: int | None = None
     for lo, hi in zip(points, points[1:], strict=False):
         model = maintain_model(history.maintain, lo, engine)  # (the interval's)
@@ -353,6 +352,20 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     return Threshold(first - 1, kept,
                      decide("auto", first, base_rows, history, engine,
                             warm_session).reason)
+
+
+def _breaks(history: History, engine: str) -> list[int]:
+    """The batch sizes where ``_verdict``'s inputs other than the size change: ``4 (s + 1)``
+    of a measured maintenance of s ≥ 1,000 changes (from there on ``maintain_model`` leaves
+    it out of the per-change rate) and of the largest (from there on none was measured at a
+    comparable size: the ``explore`` rule). Between them its maintenance estimate grows with
+    the size and nothing else moves. (Every sample's ``4 (s + 1)`` would do, with as many
+    more intervals for ``threshold`` to check: ten or so for a view's eight samples of a few
+    hundred changes, against two.)"""
+    own = [x[0] for x in history.maintain if x[2] == engine]
+    top = max(own, default=None)
+    return [4 * (n + 1) for n in own
+            if (n >= 1000 or n == top) and 4 * (n + 1) < LARGEST_BATCH]
 
 
 def _turns(v: _Verdict, history: History, engine: str) -> list[int]:

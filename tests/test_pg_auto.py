@@ -477,31 +477,113 @@ def test_cli_create_auto_and_status(env: tuple[PostgresMaintainer, Conn], pg_dsn
     _check(conn, pg_schema, {"agg": QUERIES["agg"]})
 
 
+@pytest.mark.parametrize("old_args", ["", ", choices jsonb DEFAULT NULL"],
+                         ids=["without-choices", "without-registry"])
 def test_a_companion_of_an_older_format_upgrades(env: tuple[PostgresMaintainer, Conn],
-                                                 pg_schema: str) -> None:
-    """A companion whose procedures take no ``choices`` (format 4) and whose views were
-    compiled by it: the first maintain recompiles them and runs."""
+                                                 pg_schema: str, old_args: str) -> None:
+    """A companion whose procedures are an older idivm's — taking no ``choices`` (format 4),
+    or ``choices`` but no ``registry`` and ``run`` — and whose views were compiled by it: the
+    first maintain recompiles them and runs."""
     m, conn = env
     m.create_view("agg", QUERIES["agg"])
     comp = sql.Identifier(_companion(pg_schema))
-    conn.execute(sql.SQL("DROP PROCEDURE {}.maintain(text, jsonb, int, jsonb)").format(comp))
-    conn.execute(sql.SQL("DROP PROCEDURE {}.maintain_all(jsonb, int, jsonb)").format(comp))
-    for proc, args in (("maintain", "view text, "), ("maintain_all", "")):
+
+    def make_old(proc: str, args: str) -> None:
         conn.execute(sql.SQL(
             "CREATE PROCEDURE {}.{}(" + args + "INOUT stats jsonb DEFAULT NULL, version int "
-            "DEFAULT NULL) LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'old'; END$$").format(
-            comp, sql.Identifier(proc)))
+            "DEFAULT NULL" + old_args + ") LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'old'; "
+            "END$$").format(comp, sql.Identifier(proc)))
+
+    conn.execute(sql.SQL("DROP PROCEDURE {}.maintain(text, jsonb, int, jsonb, text, text)"
+                         ).format(comp))
+    conn.execute(sql.SQL("DROP PROCEDURE {}.maintain_all(jsonb, int, jsonb, text, text)"
+                         ).format(comp))
+    for proc, args in (("maintain", "view text, "), ("maintain_all", "")):
+        make_old(proc, args)
     conn.execute(sql.SQL("UPDATE {}.views SET format_version = 4").format(comp))
     conn.execute("UPDATE t SET x = x + 1 WHERE id < 20")
     assert m.maintain("agg").log_rows == {"t": 38, "u": 0}
     _check(conn, pg_schema, {"agg": QUERIES["agg"]})
-    conn.execute(sql.SQL("DROP PROCEDURE {}.maintain_all(jsonb, int, jsonb)").format(comp))
-    conn.execute(sql.SQL(
-        "CREATE PROCEDURE {}.maintain_all(INOUT stats jsonb DEFAULT NULL, version int "
-        "DEFAULT NULL) LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'old'; END$$").format(comp))
+    conn.execute(sql.SQL("DROP PROCEDURE {}.maintain_all(jsonb, int, jsonb, text, text)"
+                         ).format(comp))
+    make_old("maintain_all", "")
     conn.execute("UPDATE t SET x = x + 1 WHERE id < 20")
     assert m.maintain_all()["agg"].log_rows == {"t": 38, "u": 0}
     _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+    # and a maintainer that kept the registry from before: its next maintain runs too
+    conn.execute(sql.SQL("DROP PROCEDURE {}.maintain(text, jsonb, int, jsonb, text, text)"
+                         ).format(comp))
+    make_old("maintain", "view text, ")
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 20")
+    assert m.maintain("agg").log_rows == {"t": 38, "u": 0}
+    _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+
+
+def test_a_maintainer_keeps_the_registry_it_read(env: tuple[PostgresMaintainer, Conn],
+                                                 pg_schema: str, pg_dsn: str) -> None:
+    """A maintain decides from the registry the maintainer's last maintain read (no query for
+    it: one round trip less a refresh) and sends its token; once another session has changed
+    the registry — a view created, or dropped and created again with another strategy — the
+    procedures refuse that token before doing anything and the maintain reads the registry
+    again: the new view is found, the new strategy decided."""
+    m, conn = env
+    m.create_view("agg", QUERIES["agg"])
+    reads = 0
+    read = m._refresh_info
+
+    def counted() -> Any:
+        nonlocal reads
+        reads += 1
+        return read()
+
+    m._refresh_info = counted  # type: ignore[method-assign]
+    for k in range(3):
+        conn.execute("UPDATE t SET x = x + 1 WHERE id < %s", (20 + k,))
+        assert m.maintain("agg").decision.get("strategy") == "id"
+    assert reads == 1  # the first maintain's only
+    other = PostgresMaintainer(pg_dsn, pg_schema)
+    try:
+        other.create_view("tot", QUERIES["tot"], strategy="auto")
+        conn.execute("UPDATE t SET x = x + 1 WHERE id < 30")
+        assert "max_changes" in m.maintain("tot").decision  # decided as auto
+        assert reads == 2
+        other.drop_view("agg")
+        other.create_view("agg", QUERIES["agg"], strategy="auto")
+    finally:
+        other.close()
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 40")
+    stats = m.maintain("agg")
+    assert "max_changes" in stats.decision and reads == 3
+    assert m.maintain("tot").log_rows["t"] > 0 and reads == 3
+    _check(conn, pg_schema, {v: QUERIES[v] for v in ("agg", "tot")})
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 50")
+    assert set(m.maintain_all()) == {"agg", "tot"} and reads == 3  # (maintain_all alike)
+    other = PostgresMaintainer(pg_dsn, pg_schema)
+    try:
+        other.drop_view("tot")
+    finally:
+        other.close()
+    conn.execute("UPDATE t SET x = x + 1 WHERE id < 60")
+    assert set(m.maintain_all()) == {"agg"} and reads == 4
+    _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+
+
+@pytest.mark.parametrize("synchronous", ["on", "off"])
+def test_the_maintenance_commit_waits_for_the_disk_when_asked(
+        env: tuple[PostgresMaintainer, Conn], pg_schema: str, synchronous: str) -> None:
+    """A maintenance transaction commits without waiting for the disk unless the session's
+    ``idivm.synchronous_refresh`` is on (a run a crash loses is undone whole and re-run
+    from the logs): either way the view is its query's, and the session's own
+    ``synchronous_commit`` is as it was."""
+    m, conn = env
+    m.create_view("agg", QUERIES["agg"])
+    m.conn.execute(f"SET idivm.synchronous_refresh = {synchronous}")
+    before = m.conn.execute("SHOW synchronous_commit").fetchone()
+    for k in range(3):
+        conn.execute("UPDATE t SET x = x + 1 WHERE id < %s", (20 + k,))
+        m.maintain("agg")
+        _check(conn, pg_schema, {"agg": QUERIES["agg"]})
+    assert m.conn.execute("SHOW synchronous_commit").fetchone() == before
 
 
 def test_a_sessions_first_run_is_recorded_cold(env: tuple[PostgresMaintainer, Conn],

@@ -390,10 +390,10 @@ def test_interrupted_after_the_commit_reports_it_committed(env: Env) -> None:
 
 
 def test_a_failed_maintain_after_a_committed_one_reports_the_failure(env: Env) -> None:
-    """The session keeps the statistics of the last run that committed (``_committed``): the
-    next maintain empties them before its ``CALL`` (in the query that reads the views'
-    refresh info), so a run that fails before its commit — here, waiting for the view's lock
-    past ``lock_timeout`` — is reported as failed and rolled back, not as that earlier run."""
+    """The session keeps the statistics of the last run that committed (``_committed``),
+    tagged with that run's call: a run that fails before its commit — here, waiting for the
+    view's lock past ``lock_timeout`` — finds another call's tag there and is reported as
+    failed and rolled back, not as that earlier run."""
     w = env.conn()
     w.execute(PAPER)
     m = env.maintainer()

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -109,6 +111,7 @@ STALE_CODE = "IV004"
 NOT_REPEATABLE_READ = "IV005"
 BAD_CHOICE = "IV006"
 STALE_DECISION = "IV007"  # an auto decision made from an older refresh history
+STALE_REGISTRY = "IV008"  # a maintain of a client that read the registry before it changed
 # a scratch relation is truncated after a run when it has grown past both: a floor, and room
 # for this many bytes per row the run put in it (``_emptied``)
 SCRATCH_TRUNCATE_BYTES = 1 << 20
@@ -2292,6 +2295,19 @@ $idivm$"""
 
 
 COMMITTED_SETTING = "idivm.maintained"  # a maintain's statistics, set as it commits
+# a session setting: ``on`` makes a maintenance transaction wait for its commit to reach the
+# disk (the session's ``synchronous_commit``); by default it does not (``_run_block``)
+SYNCHRONOUS_SETTING = "idivm.synchronous_refresh"
+
+
+def registry_token(views: Iterable[tuple[str, str, Sequence[str]]]) -> str:
+    """A digest of the registry as a client decides from it — each view's name, refresh
+    strategy and the relations it reads — compiled into the ``maintain`` procedures
+    (``dispatcher``): a client that kept the registry it read (``PostgresMaintainer``) sends
+    its digest, and a procedure generated from another registry refuses the call before doing
+    anything (``STALE_REGISTRY``), so the client reads it again."""
+    text = json.dumps(sorted([str(n), str(s), [str(t) for t in ts]] for n, s, ts in views))
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 def lock_relation(view: str) -> str:
@@ -2347,8 +2363,16 @@ runs := '{{}}';
 {runs}
 stats := {result};
 -- transactional: the session keeps it only if this transaction commits, which tells a
--- client interrupted from here on (statement_timeout, a cancel) that the run committed
-PERFORM set_config({lit(COMMITTED_SETTING)}, stats::text, false);
+-- client interrupted from here on (statement_timeout, a cancel) that the run committed (the
+-- client's tag of this call first: a value an earlier run left is not this run's)
+PERFORM set_config({lit(COMMITTED_SETTING)}, coalesce(run, '') || ' ' || stats::text, false);
+-- nor waits for the commit to reach the disk (unless the session's
+-- {SYNCHRONOUS_SETTING} is on): a run a crash loses is undone whole — the view,
+-- its caches and its watermark as one — and the next run applies its changes again, from
+-- logs their writers committed durably; a later durable commit makes it durable too
+IF current_setting({lit(SYNCHRONOUS_SETTING)}, true) IS DISTINCT FROM 'on' THEN
+  PERFORM set_config('synchronous_commit', 'off', true);
+END IF;
 COMMIT;
 -- consumed log rows go in a READ COMMITTED transaction of their own (where a concurrent
 -- prune by another view's maintain is no serialization failure); the maintenance has
@@ -2359,16 +2383,23 @@ PERFORM set_config('synchronous_commit', 'off', true);
 COMMIT;"""
 
 
-def dispatcher(schema: str, companion: str, views: Sequence[Entry]) -> str:
+def dispatcher(schema: str, companion: str, views: Sequence[Entry], registry: str) -> str:
     """The companion schema's ``maintain`` procedure, one static branch per view (regenerated
     whenever a view is created, dropped or recompiled), and ``maintain_all``. A view that
     reads other views is maintained with them, upstream first, in one transaction. Static,
     because a dynamically executed CALL cannot commit, and a dynamically executed LOCK takes
     the snapshot before locking. ``choices`` (jsonb, optional): view → its refresh decision
     (``"recompute"``, ``"id"`` or ``{"choice": …, "reason": …}``); a view not named gets its
-    default (``_decision_block``). The procedures of an older format (without ``choices``)
-    are dropped first: they would be overloads of these."""
+    default (``_decision_block``). ``registry`` (optional): the ``registry_token`` of the
+    registry the caller decided from, refused unless it is the one these procedures were
+    generated from (``registry``, compiled in); ``run`` (optional): the caller's tag of
+    this call, the prefix of ``COMMITTED_SETTING``. The procedures of an older format are
+    dropped first: they would be overloads of these."""
     comp = q(companion)
+    stale = f"""IF registry IS NOT NULL AND registry IS DISTINCT FROM {lit(registry)} THEN
+  RAISE EXCEPTION 'idivm: the views of schema % changed since this session read them',
+    {lit(schema)} USING ERRCODE = '{STALE_REGISTRY}';
+END IF;"""
     by_name = {v.name: v for v in views}
     upstream = {v.name: v.upstream for v in views}
     branches = []
@@ -2390,6 +2421,7 @@ END IF;""")
     body = f"""DECLARE
   runs jsonb;
 BEGIN
+{indent(stale, 2)}
   IF NOT EXISTS (SELECT FROM {comp}.views v WHERE v.name = view) THEN
     RAISE EXCEPTION 'idivm: no view % in schema %', view, {lit(schema)}
       USING ERRCODE = '{NO_VIEW}';
@@ -2402,6 +2434,7 @@ END"""
     all_body = f"""DECLARE
   runs jsonb;
 BEGIN
+{indent(stale, 2)}
   IF version IS NOT NULL AND EXISTS (SELECT FROM {comp}.views v
                                      WHERE v.format_version IS DISTINCT FROM version) THEN
     RAISE EXCEPTION 'idivm: a view of schema % was compiled by another idivm version',
@@ -2410,12 +2443,14 @@ BEGIN
 {indent(_run_block(schema, companion, by_name, every, "jsonb_build_object('views', runs)"), 2)
  if every else "  stats := jsonb_build_object('views', '{}'::jsonb);"}
 END"""
+    extra = ("version int DEFAULT NULL, choices jsonb DEFAULT NULL, registry text DEFAULT NULL, "
+             "run text DEFAULT NULL")
     return (f"DROP PROCEDURE IF EXISTS {comp}.maintain(text, jsonb, int);\n"
             f"DROP PROCEDURE IF EXISTS {comp}.maintain_all(jsonb, int);\n"
+            f"DROP PROCEDURE IF EXISTS {comp}.maintain(text, jsonb, int, jsonb);\n"
+            f"DROP PROCEDURE IF EXISTS {comp}.maintain_all(jsonb, int, jsonb);\n"
             f"CREATE OR REPLACE PROCEDURE {comp}.maintain(view text, INOUT stats jsonb "
-            f"DEFAULT NULL, version int DEFAULT NULL, choices jsonb DEFAULT NULL) "
-            f"LANGUAGE plpgsql AS {dollar_quote(body)};\n"
+            f"DEFAULT NULL, {extra}) LANGUAGE plpgsql AS {dollar_quote(body)};\n"
             f"CREATE OR REPLACE PROCEDURE {comp}.maintain_all(INOUT stats jsonb DEFAULT NULL, "
-            f"version int DEFAULT NULL, choices jsonb DEFAULT NULL) LANGUAGE plpgsql AS "
-            f"{dollar_quote(all_body)}")
+            f"{extra}) LANGUAGE plpgsql AS {dollar_quote(all_body)}")
 

@@ -68,6 +68,13 @@ class _StaleDecision(Exception):
     """An auto view's function refused a decision made from an older refresh history."""
 
 
+class _StaleRegistry(Exception):
+    """The procedures refused a call decided from a registry read before it changed."""
+
+
+Info = dict[str, tuple[str, tuple[str, ...]]]  # view → (refresh strategy, relations it reads)
+
+
 @dataclass(frozen=True)
 class _Cost:
     """An auto view's refresh history as its decisions use it."""
@@ -176,6 +183,11 @@ class PostgresMaintainer:
         # the views whose Δ-script this connection's session has run over changes (its
         # statements planned): their next runs are warm (the compiled code's own flag)
         self._ran: set[str] = set()
+        # the registry as the last maintain read it, and its ``registry_token``: later
+        # maintains decide from it without reading it again (a round trip, 0.3–0.6 ms of a
+        # 1–2 ms refresh), and send the token, which the procedures refuse once the registry
+        # has changed (another session created or dropped a view): then it is read again
+        self._info: tuple[Info, str] | None = None
 
     # -- helpers ---------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
@@ -267,17 +279,19 @@ class PostgresMaintainer:
         """(Re)generate the companion's ``maintain`` procedure from the registry; call under
         ``lock_companion`` in a READ COMMITTED transaction (so every committed view is seen)."""
         rows = self.conn.execute(
-            f"SELECT name, function, prune_function, tables FROM "
+            f"SELECT name, function, prune_function, tables, strategy FROM "
             f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
         names = {str(r[0]) for r in rows}
         entries = [compile_.Entry(str(n), str(f), str(pf), tuple(ts),
                                   tuple(t for t in ts if t in names))
-                   for n, f, pf, ts in rows]
+                   for n, f, pf, ts, _ in rows]
+        token = compile_.registry_token((r[0], r[4], r[3]) for r in rows)
+        self._info = None
         for e in entries:  # (views created by an older idivm have none yet)
             lock = compile_.lock_relation(e.name)
             if not self._has(lock):
                 self.conn.execute(f"CREATE VIEW {qq(self.companion, lock)} AS SELECT")
-        self.conn.execute(compile_.dispatcher(self.schema, self.companion, entries))
+        self.conn.execute(compile_.dispatcher(self.schema, self.companion, entries, token))
 
     def _entry(self, name: str) -> dict[str, Any]:
         row = None
@@ -694,15 +708,27 @@ class PostgresMaintainer:
         all; their statistics are in ``upstream``."""
         start = time.perf_counter()
         with _before_call(repr(name)):
-            info = self._refresh_info(reset=True)
-            if strategy and name not in info:
-                self._entry(name)  # (raises: no such view)
-            order = pipeline.order(_upstream(info), [name]) if name in info else []
-            stats = self._decided_call(name, order, info, {name: strategy} if strategy else {})
+            kept = self._info
+            try:
+                if kept is None:
+                    raise _StaleRegistry
+                stats = self._maintain_one(name, strategy, kept[0], kept[1])
+            except _StaleRegistry:  # (read again; the call decided from it names no registry)
+                stats = self._maintain_one(name, strategy, self._refresh_info(), None)
         out = self._stats(name, stats)
         out.upstream = {k: self._stats(k, v) for k, v in (stats.get("upstream") or {}).items()}
         out.seconds = time.perf_counter() - start
         return out
+
+    def _maintain_one(self, name: str, strategy: RefreshStrategy | None, info: Info,
+                      registry: str | None) -> dict[str, Any]:
+        """``maintain``'s ``CALL``, decided from ``info`` (``registry``: its token, when it
+        was read by an earlier maintain)."""
+        if strategy and name not in info:
+            self._entry(name)  # (raises: no such view)
+        order = pipeline.order(_upstream(info), [name]) if name in info else []
+        return self._decided_call(name, order, info, {name: strategy} if strategy else {},
+                                  registry)
 
     def maintain_all(self, strategy: RefreshStrategy | None = None
                      ) -> dict[str, MaintenanceStats]:
@@ -711,27 +737,38 @@ class PostgresMaintainer:
         ``maintain``'s, for each view it applies to (not ``id`` to a ``recompute`` view, nor
         ``tuple`` to a view of another strategy)."""
         with _before_call(f"the views of schema {self.schema!r}"):
-            if not self._views():
-                return {}
-            if not self._has_procedure("maintain_all"):  # a companion from before pipelines
-                self._recompile_stale(None)
-            info = self._refresh_info(reset=True)
-            order = pipeline.order(_upstream(info), info)
-            asked = {v: strategy for v in order if strategy and _applies(strategy, info[v][0])}
-            stats = self._decided_call(None, order, info, asked)
+            kept = self._info
+            try:
+                if kept is None or not kept[0]:
+                    raise _StaleRegistry
+                stats = self._maintain_every(strategy, kept[0], kept[1])
+            except _StaleRegistry:  # (read again, as ``maintain``)
+                if not self._views():
+                    return {}
+                if not self._has_procedure("maintain_all"):  # a companion from before pipelines
+                    self._recompile_stale(None)
+                stats = self._maintain_every(strategy, self._refresh_info(), None)
         return {k: self._stats(k, v) for k, v in (stats.get("views") or {}).items()}
 
-    def _decided_call(self, name: str | None, order: Sequence[str],
-                      info: Mapping[str, tuple[str, tuple[str, ...]]],
-                      asked: Mapping[str, RefreshStrategy | None]) -> dict[str, Any]:
+    def _maintain_every(self, strategy: RefreshStrategy | None, info: Info,
+                        registry: str | None) -> dict[str, Any]:
+        """``maintain_all``'s ``CALL``, decided from ``info`` (``registry`` as
+        ``_maintain_one``'s)."""
+        order = pipeline.order(_upstream(info), info)
+        asked = {v: strategy for v in order if strategy and _applies(strategy, info[v][0])}
+        return self._decided_call(None, order, info, asked, registry)
+
+    def _decided_call(self, name: str | None, order: Sequence[str], info: Info,
+                      asked: Mapping[str, RefreshStrategy | None], registry: str | None
+                      ) -> dict[str, Any]:
         """``_call`` with the views' decisions; an auto decision made from a refresh history
         another session has since extended is refused by the function before it runs
-        anything: then decided again from the history as it is now."""
+        anything: then decided again from the history as it is now. (A call refused for
+        ``registry``, before it ran anything, raises ``_StaleRegistry``.)"""
         for attempt in range(STALE_RETRIES + 1):
             choices = self._decisions(order, info, asked)
             try:
-                # (the first call's reset came with the refresh info)
-                out = self._call(name, retry=True, choices=choices, reset=attempt > 0)
+                out = self._call(name, retry=True, choices=choices, registry=registry)
                 self._ran.update(_warmed(out))
                 return out
             except _StaleDecision as e:
@@ -742,32 +779,20 @@ class PostgresMaintainer:
         raise AssertionError("unreachable")
 
     # -- the refresh decision -------------------------------------------------------------
-    def _refresh_info(self, reset: bool = False) -> dict[str, tuple[str, tuple[str, ...]]]:
+    def _refresh_info(self) -> Info:
         """The views of the schema → (refresh strategy, the relations each reads), in one
-        query (every maintain reads it); none if the companion has no registry. ``reset``:
-        the same query empties the session's ``COMMITTED_SETTING`` first, as ``_call`` does
-        before a ``CALL`` (one round trip less a maintain)."""
-        registry = qq(self.companion, REGISTRY)
+        query; none if the companion has no registry. Kept, with its ``registry_token``, for
+        the next maintains (``_info``)."""
         try:
-            if not reset:
-                rows = self.conn.execute(f"SELECT name, strategy, tables FROM {registry}"
-                                         ).fetchall()
-            else:  # (a row even without views: the reset is never skipped)
-                rows = [r[1:] for r in self.conn.execute(
-                    "SELECT set_config(%s, '', false), r.name, r.strategy, r.tables "
-                    f"FROM (SELECT) AS one LEFT JOIN {registry} AS r ON true",
-                    (compile_.COMMITTED_SETTING,)).fetchall() if r[1] is not None]
+            rows = self.conn.execute(f"SELECT name, strategy, tables FROM "
+                                     f"{qq(self.companion, REGISTRY)}").fetchall()
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName,
                 psycopg.errors.UndefinedColumn):  # (no companion, or an older idivm's: the
-            if reset:                                 # maintain that follows says which)
-                self._reset_committed()
+            self._info = None                         # maintain that follows says which)
             return {}
-        return {str(n): (str(s), tuple(ts)) for n, s, ts in rows}
-
-    def _reset_committed(self) -> None:
-        """Empty ``COMMITTED_SETTING`` in the session before a ``CALL``: the procedure sets it
-        in the maintenance transaction, kept only if that commits (``_committed``)."""
-        self.conn.execute("SELECT set_config(%s, '', false)", (compile_.COMMITTED_SETTING,))
+        info = {str(n): (str(s), tuple(ts)) for n, s, ts in rows}
+        self._info = (info, compile_.registry_token(rows))
+        return info
 
     def _decisions(self, order: Sequence[str], info: Mapping[str, tuple[str, tuple[str, ...]]],
                    asked: Mapping[str, RefreshStrategy | None]) -> dict[str, dict[str, Any]]:
@@ -897,28 +922,32 @@ class PostgresMaintainer:
             "WHERE n.nspname = %s AND p.proname = %s", (self.companion, fn)).fetchone()
         return bool(row and row[0])
 
-    def _call(self, name: str | None, retry: bool,
-              choices: Mapping[str, Any] | None = None, reset: bool = True) -> dict[str, Any]:
+    def _call(self, name: str | None, retry: bool, choices: Mapping[str, Any] | None = None,
+              registry: str | None = None) -> dict[str, Any]:
         """``CALL maintain(name)``, or ``maintain_all`` when ``name`` is None; ``choices``:
-        view → its refresh decision; ``reset``: empty ``COMMITTED_SETTING`` first (False:
-        the caller just did, ``_refresh_info``)."""
+        view → its refresh decision; ``registry``: the token of the registry they were
+        decided from, when it was kept from an earlier maintain (refused: ``_StaleRegistry``).
+        The call is tagged (``run``): the statistics the procedure leaves in the session as
+        its maintenance commits carry the tag, so a failure is told apart from a committed
+        run (``_committed``) without emptying them first."""
         what = repr(name) if name is not None else f"the views of schema {self.schema!r}"
-        call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s, %s)" if name is not None \
-            else f"CALL {qq(self.companion, 'maintain_all')}(NULL, %s, %s)"
+        call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s, %s, %s, %s)" \
+            if name is not None else \
+            f"CALL {qq(self.companion, 'maintain_all')}(NULL, %s, %s, %s, %s)"
         decided = json.dumps(dict(choices)) if choices else None
-        args = (name, compile_.FORMAT_VERSION, decided) if name is not None else \
-            (compile_.FORMAT_VERSION, decided)
-        if reset:
-            self._reset_committed()
+        run = secrets.token_hex(8)
+        args = (name, compile_.FORMAT_VERSION, decided, registry, run) if name is not None \
+            else (compile_.FORMAT_VERSION, decided, registry, run)
         try:
             row = self.conn.execute(call, args).fetchone()
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as e:
             if not self._has_procedure():  # else: raised by the code it runs, reported below
                 self._check_layout()
                 raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}") from e
-            if retry and not (self._has_procedure("maintain", 4) if name is not None
-                              else self._has_procedure("maintain_all", 3)):
-                # the procedures of an older idivm (without choices): recompile, re-run
+            if retry and not (self._has_procedure("maintain", 6) if name is not None
+                              else self._has_procedure("maintain_all", 5)):
+                # the procedures of an older idivm (without the registry and the tag):
+                # recompile, re-run (decided from the registry as it is now)
                 self._recompile_stale(name)
                 return self._call(name, retry=False, choices=choices)
             raise MaintenanceError(f"maintenance of {what} failed and was rolled back "
@@ -929,11 +958,13 @@ class PostgresMaintainer:
                     f"maintenance of {what} failed: the connection was lost, so whether it "
                     "committed is unknown (re-running it is safe: a maintain consumes only "
                     f"what is still pending): {str(e).strip()}") from e
-            committed = self._committed()
+            committed = self._committed(run)
             if committed is not None:  # interrupted after its commit: it did its work
                 return committed
             msg = (e.diag.message_primary or str(e)).strip()
             state = e.sqlstate
+            if state == compile_.STALE_REGISTRY and registry is not None:
+                raise _StaleRegistry(msg) from e
             if state == compile_.STALE_CODE and retry:
                 self._recompile_stale(name)
                 return self._call(name, retry=False, choices=choices)
@@ -953,17 +984,20 @@ class PostgresMaintainer:
             raise MaintenanceError(f"maintenance of {what} returned no statistics")
         return dict(row[0])
 
-    def _committed(self) -> dict[str, Any] | None:
-        """After a failed ``CALL``: the statistics of the run if its maintenance transaction
-        committed (the failure came after it: a cancel, a timeout, the prune's commit)."""
+    def _committed(self, run: str) -> dict[str, Any] | None:
+        """After a failed ``CALL`` tagged ``run``: the statistics of the run if its
+        maintenance transaction committed (the failure came after it: a cancel, a timeout,
+        the prune's commit) — the session's ``COMMITTED_SETTING``, if it carries the tag (an
+        earlier run's does not)."""
         try:
             row = self.conn.execute("SELECT current_setting(%s, true)",
                                     (compile_.COMMITTED_SETTING,)).fetchone()
         except psycopg.Error:
             return None
-        if row is None or not row[0]:
+        tag, _, stats = str(row[0] if row and row[0] else "").partition(" ")
+        if tag != run or not stats:
             return None
-        return dict(json.loads(str(row[0])))
+        return dict(json.loads(stats))
 
     def _has_procedure(self, proc: str = "maintain", args: int | None = None) -> bool:
         """Whether the companion schema has its ``maintain`` procedure (or ``proc``; taking

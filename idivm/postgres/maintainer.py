@@ -388,6 +388,15 @@ class PostgresMaintainer:
             lambda v, q_: self._create_view(v, q_, None, catalog, strategy),  # (no changes)
             self._annotate, self._drop_made)
 
+    def _lost(self, name: str, e: BaseException) -> BackendError:
+        """The error of a create_view whose connection was lost: whether what it had made
+        committed is unknown, so nothing could be undone."""
+        return BackendError(
+            f"create_view {name!r} failed: the connection was lost ({str(e).strip()}), so "
+            "what it had made may remain; status() says what: the view, or an 'unfinished "
+            f"create_view' — the logging it had installed, which create_view({name!r}, …) "
+            f"again completes and drop_view({name!r}) removes")
+
     def _annotate(self, view: str, **entries: str) -> None:
         """Set registry columns of ``view`` (``owner``, ``written``)."""
         for column, value in entries.items():
@@ -467,6 +476,8 @@ class PostgresMaintainer:
             if changelog.install_guard(self.conn):
                 self._install_rewrite_guard()
         except psycopg.Error as e:
+            if self.conn.closed or self.conn.broken:
+                raise self._lost(name, e) from e
             raise BackendError(f"create_view {name!r} failed and was rolled back: "
                                f"{str(e).strip()}") from e
         try:
@@ -525,6 +536,8 @@ class PostgresMaintainer:
                 if p.tables:  # a view over no table consumes no log
                     changelog.advance(self.conn, self.schema, name)
         except (psycopg.Error, IdivmError) as e:
+            if self.conn.closed or self.conn.broken:
+                raise self._lost(name, e) from e
             self._uninstall(name, p.tables)
             if isinstance(e, IdivmError):
                 raise
@@ -536,6 +549,8 @@ class PostgresMaintainer:
                 changelog.lock_companion(self.conn, self.schema)
                 self._install_dispatcher()
         except psycopg.Error as e:
+            if self.conn.closed or self.conn.broken:
+                raise self._lost(name, e) from e
             self._drop_view(name, cascade=False)
             raise BackendError(f"create_view {name!r} failed and was rolled back: "
                                f"{str(e).strip()}") from e
@@ -1060,9 +1075,37 @@ class PostgresMaintainer:
         what the registry recorded: no planning, so it works whatever became of the tables).
         Refused while other views read it, unless ``cascade``: then they go first. The
         maintainer then continues on a new session (``_new_session``: the old one would keep
-        the dropped code's compiled plans)."""
-        self._drop_view(name, cascade)
+        the dropped code's compiled plans). A ``create_view`` of this name that did not
+        finish — its session lost after it had installed the logging (a crash, a killed
+        client): ``unfinished`` — has its logging removed."""
+        left = self.unfinished().get(name)
+        if left is not None:
+            try:
+                self._uninstall(name, left)
+            except psycopg.Error as e:
+                raise BackendError(f"drop_view {name!r} failed: {str(e).strip()}") from e
+        else:
+            self._drop_view(name, cascade)
         self._new_session()
+
+    def unfinished(self) -> dict[str, list[str]]:
+        """The names of ``create_view`` calls that did not finish — their session lost after
+        the logging was installed and before the view was (a server crash, a client killed
+        or cut off) — and the tables whose changes are still logged for them: writers pay
+        for that logging, and the logs are pruned only as far as the view's watermark, which
+        no refresh moves. ``drop_view(name)`` removes the logging; ``create_view(name, …)``
+        again reinstalls it and creates the view. ``status()`` lists them too."""
+        if not self._has("log_users"):
+            return {}
+        rows = self.conn.execute(
+            f"SELECT u.view, array_agg(u.tbl ORDER BY u.tbl) FROM "
+            f"{qq(self.companion, 'log_users')} AS u WHERE NOT EXISTS (SELECT FROM "
+            f"{qq(self.companion, REGISTRY)} AS v WHERE v.name = u.view) GROUP BY u.view "
+            "ORDER BY u.view" if self._has(REGISTRY) else
+            f"SELECT u.view, array_agg(u.tbl ORDER BY u.tbl) FROM "
+            f"{qq(self.companion, 'log_users')} AS u GROUP BY u.view ORDER BY u.view"
+        ).fetchall()
+        return {str(v): [str(t) for t in ts] for v, ts in rows}
 
     def _drop_view(self, name: str, cascade: bool) -> None:
         e = self._entry(name)
@@ -1162,10 +1205,14 @@ class PostgresMaintainer:
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
         """Registered views, when they were last maintained and how many changes wait; their
         refresh history: ``last_refresh`` (what ran, when, over how many log rows, in how many
-        seconds, and why) and ``efficiency`` (their row of ``refresh_efficiency()``)."""
+        seconds, and why) and ``efficiency`` (their row of ``refresh_efficiency()``). A
+        ``create_view`` that did not finish (``unfinished``) is listed too, as its strategy
+        says, with the changes logged for it."""
         with self.conn.transaction():
+            unfinished = [self._unfinished_status(v, ts) for v, ts in self.unfinished().items()
+                          if name is None or v == name]
             if not self._has(REGISTRY):
-                return []
+                return unfinished
             rows = self.conn.execute(
                 f"SELECT name, created, last_maintained, runs, tables, strategy FROM "
                 f"{qq(self.companion, REGISTRY)} ORDER BY name").fetchall()
@@ -1194,7 +1241,16 @@ class PostgresMaintainer:
                             "upstream": sorted(t for t in tables if t in names),
                             "pending_log_rows": pending, "watermarks": marks,
                             "last_refresh": last_runs.get(vname), "efficiency": eff})
-        return out
+        return sorted(out + unfinished, key=lambda r: str(r["view"]))
+
+    def _unfinished_status(self, view: str, tables: Sequence[str]) -> dict[str, Any]:
+        """``status``'s row of an unfinished create_view (``unfinished``)."""
+        return {"view": view, "created": "-", "last_maintained": None, "runs": 0,
+                "strategy": "unfinished create_view", "upstream": [],
+                "pending_log_rows": {t: self._pending(t, view) for t in tables},
+                "watermarks": {t: changelog.watermark(self.conn, self.schema, t, view)
+                               for t in tables},
+                "last_refresh": None, "efficiency": {}, "unfinished": True}
 
     def _pending(self, table: str, view: str) -> int:
         """Logged changes of ``table`` that ``view`` has not consumed yet."""

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -180,6 +180,36 @@ def _schema(cluster: Cluster, rows: int) -> None:
         w.execute("INSERT INTO s.u SELECT g, g % 3 FROM generate_series(0, 6) g")
 
 
+def _crash_during(cluster: Cluster, call: Callable[[], object], running: str) -> BaseException:
+    """Run ``call`` in a thread and crash the server once a statement ``LIKE running`` is
+    active in it; return what ``call`` raised (it must: its connection is lost)."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as e:  # (reported to the test)
+            failed.append(e)
+
+    thread = threading.Thread(target=run)
+    with psycopg.connect(cluster.dsn, autocommit=True) as w:
+        thread.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            row = w.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                            "AND query LIKE %s", (running,)).fetchone()
+            if row and row[0]:
+                break
+            time.sleep(0.005)
+        else:
+            raise AssertionError(f"no statement like {running!r} ran")
+    cluster.crash()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert failed, f"{call} returned"
+    return failed[0]
+
+
 def _restart(cluster: Cluster, held: int | None = None) -> None:
     cluster.crash(held)
     cluster.start()
@@ -254,32 +284,9 @@ def test_a_crash_in_the_middle_of_a_maintain_leaves_nothing_of_it(cluster: Clust
         before = _rows(w, "SELECT * FROM s.v")
         want = _rows(w, QUERY)
     m = PostgresMaintainer(cluster.dsn, schema="s")
-    failed: list[BaseException] = []
-
-    def maintain() -> None:
-        try:
-            m.maintain("v")
-        except BaseException as e:  # (the connection is lost: reported to the test)
-            failed.append(e)
-
-    run = threading.Thread(target=maintain)
-    with psycopg.connect(cluster.dsn, autocommit=True) as w:
-        run.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # the maintain's CALL is running
-            row = w.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                            "AND query LIKE 'CALL %maintain%' "
-                            "AND now() - query_start > interval '50 ms'").fetchone()
-            if row and row[0]:
-                break
-            time.sleep(0.01)
-        else:
-            raise AssertionError("the maintain never ran")
-    cluster.crash()
-    run.join(60)
-    assert not run.is_alive()
-    assert failed and isinstance(failed[0], MaintenanceError), failed
-    assert "connection was lost" in str(failed[0])
+    err = _crash_during(cluster, lambda: m.maintain("v"), "CALL %maintain%")
+    assert isinstance(err, MaintenanceError), err
+    assert "connection was lost" in str(err)
     m.close()
     cluster.start()
     assert cluster.recovered()
@@ -299,31 +306,11 @@ def test_a_crash_in_the_middle_of_create_view(cluster: Cluster, then: str) -> No
     unfinished create_view, removed by ``drop_view``, completed by ``create_view`` again."""
     _schema(cluster, 300_000)
     m = PostgresMaintainer(cluster.dsn, schema="s")
-    failed: list[BaseException] = []
-
-    def create() -> None:
-        try:
-            m.create_view("v", VIEW)
-        except BaseException as e:  # (the connection is lost: reported to the test)
-            failed.append(e)
-
-    run = threading.Thread(target=create)
-    with psycopg.connect(cluster.dsn, autocommit=True) as w:
-        run.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # materializing: the logging is in place
-            row = w.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                            "AND query LIKE 'CREATE TABLE %fillfactor = 90%'").fetchone()
-            if row and row[0]:
-                break
-            time.sleep(0.005)
-        else:
-            raise AssertionError("create_view never materialized")
-    cluster.crash()
-    run.join(60)
-    assert not run.is_alive()
-    assert failed and isinstance(failed[0], BackendError), failed
-    assert "connection was lost" in str(failed[0]) and "status()" in str(failed[0])
+    # materializing: the logging is in place
+    err = _crash_during(cluster, lambda: m.create_view("v", VIEW),
+                        "CREATE TABLE %fillfactor = 90%")
+    assert isinstance(err, BackendError), err
+    assert "connection was lost" in str(err) and "status()" in str(err)
     m.close()
     cluster.start()
     with psycopg.connect(cluster.dsn, autocommit=True) as w:

@@ -80,6 +80,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @dataclass
 class Cluster:
     """A private PostgreSQL cluster the tests may crash."""
@@ -115,11 +123,18 @@ class Cluster:
             self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
                       "stop")
             return
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            others = [int(r[0]) for r in c.execute(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type IN "
+                "('checkpointer', 'background writer')").fetchall()]
         stop = subprocess.Popen([*self.user, str(self.bindir / "pg_ctl"), "-D",
                                  str(self.data), "-m", "immediate", "stop"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)  # (the postmaster has sent its children SIGQUIT)
-        os.kill(held, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in others):  # the postmaster has sent its children SIGQUIT
+            assert time.monotonic() < deadline, "the immediate shutdown did not begin"
+            time.sleep(0.005)
+        os.kill(held, signal.SIGCONT)  # (it takes the SIGQUIT first: it ends, writing nothing)
         assert stop.wait(60) == 0
 
     def hold_wal_writer(self) -> int:
@@ -130,6 +145,7 @@ class Cluster:
         assert row is not None
         os.kill(int(row[0]), signal.SIGSTOP)
         return int(row[0])
+
 
     def recovered(self) -> bool:
         """Whether the last start replayed the WAL after a crash."""

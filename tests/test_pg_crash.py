@@ -352,3 +352,52 @@ def test_a_crash_in_the_middle_of_create_view(cluster: Cluster, then: str) -> No
         with PostgresMaintainer(cluster.dsn, schema="s") as m:
             m.maintain("v")
         assert _rows(w, "SELECT * FROM s.v") == _rows(w, QUERY)
+
+
+def test_a_create_view_in_progress_is_not_unfinished(pg_dsn: str, pg_schema: str) -> None:
+    """Between its logging's commit and its view's, a create_view running in another session
+    is not an unfinished one: not listed, not dropped — ``drop_view`` refuses, the create
+    completes, and the view is maintained correctly."""
+    with psycopg.connect(pg_dsn, autocommit=True) as w:
+        w.execute(f'SET search_path = "{pg_schema}"')
+        w.execute("CREATE TABLE t (id int PRIMARY KEY, g int NOT NULL, v int NOT NULL)")
+        w.execute("INSERT INTO t SELECT i, i % 7, i FROM generate_series(1, 1000) i")
+        creating = PostgresMaintainer(pg_dsn, schema=pg_schema)
+        failed: list[BaseException] = []
+
+        def create() -> None:
+            try:
+                creating.create_view("v", VIEW)
+            except BaseException as e:  # (reported to the test)
+                failed.append(e)
+
+        holder = psycopg.connect(pg_dsn)  # holds the view's watermark row: the create's
+        thread = threading.Thread(target=create)  # last statement waits for it
+        thread.start()
+        users = f'"{pg_schema}__idivm".log_users'
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "the logging never committed"
+            try:
+                if holder.execute(f"SELECT 1 FROM {users} WHERE view = 'v' FOR UPDATE"
+                                  ).fetchone():
+                    break
+            except psycopg.errors.UndefinedTable:
+                pass
+            holder.rollback()
+            time.sleep(0.001)
+        with PostgresMaintainer(pg_dsn, schema=pg_schema) as m:
+            try:
+                assert m.unfinished() == {}
+                assert m.status() == []
+                with pytest.raises(BackendError, match="being created by another session"):
+                    m.drop_view("v")
+            finally:
+                holder.close()  # (the create goes on)
+                thread.join(60)
+            assert not thread.is_alive() and not failed, failed
+            creating.close()
+            assert [r["view"] for r in m.status()] == ["v"]
+            w.execute("UPDATE t SET v = v + 1 WHERE id < 100")
+            m.maintain("v")
+        assert _rows(w, "SELECT * FROM v") == _rows(w, QUERY.replace("s.t", "t"))

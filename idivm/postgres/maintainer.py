@@ -48,6 +48,9 @@ from idivm.refresh_cost import (
 from idivm.script import Apply
 
 REGISTRY = "views"
+# the advisory locks a create_view holds on its view's name, through its three transactions
+# (the first key; the second: hashtext of the companion-qualified name)
+CREATE_LOCK_CLASS = changelog.LOCK_CLASS + 1
 REWRITE_TRIGGER = "idivm_guard_rewrite"
 
 
@@ -433,7 +436,22 @@ class PostgresMaintainer:
     def _create_view(self, name: str, view_sql: str,
                      changes: Mapping[str, Sequence[str]] | None,
                      catalog: Catalog | None, strategy: RefreshStrategy) -> Plan:
-        """``create_view`` of one view, as written."""
+        """``create_view`` of one view, as written, holding the view's create lock (a
+        session-level advisory lock: it ends with the session, however the session ends)
+        from before it installs the logging to after it has installed the view — what tells
+        a create_view in progress from an unfinished one (``unfinished``)."""
+        key = (CREATE_LOCK_CLASS, f"{self.companion}.{name}")
+        self.conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+        try:
+            return self._create_one(name, view_sql, changes, catalog, strategy)
+        finally:
+            if not (self.conn.closed or self.conn.broken):
+                self.conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+
+    def _create_one(self, name: str, view_sql: str,
+                    changes: Mapping[str, Sequence[str]] | None,
+                    catalog: Catalog | None, strategy: RefreshStrategy) -> Plan:
+        """``_create_view``'s work."""
         full = catalog or self.catalog()
         reads = relations_read(view_sql, schema=self.schema)
         pipeline.check_reads(name, reads)
@@ -1078,10 +1096,19 @@ class PostgresMaintainer:
         the dropped code's compiled plans). A ``create_view`` of this name that did not
         finish — its session lost after it had installed the logging (a crash, a killed
         client): ``unfinished`` — has its logging removed."""
-        left = self.unfinished().get(name)
+        left = self._unregistered(True).get(name)
         if left is not None:
             try:
-                self._uninstall(name, left)
+                with self.conn.transaction():
+                    # (a create_view of it that begins now waits; one in progress since the
+                    # check above holds the lock: it is not unfinished)
+                    row = self.conn.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))",
+                                            (CREATE_LOCK_CLASS, f"{self.companion}.{name}")
+                                            ).fetchone()
+                    if not (row and row[0]):
+                        raise BackendError(f"view {name!r} is being created by another "
+                                           "session: drop it once that create_view has ended")
+                    self._uninstall(name, left)
             except psycopg.Error as e:
                 raise BackendError(f"drop_view {name!r} failed: {str(e).strip()}") from e
         else:
@@ -1094,17 +1121,25 @@ class PostgresMaintainer:
         or cut off) — and the tables whose changes are still logged for them: writers pay
         for that logging, and the logs are pruned only as far as the view's watermark, which
         no refresh moves. ``drop_view(name)`` removes the logging; ``create_view(name, …)``
-        again reinstalls it and creates the view. ``status()`` lists them too."""
+        again reinstalls it and creates the view. ``status()`` lists them too. A create_view
+        still running in another session is not one (it holds the view's create lock)."""
+        return self._unregistered(False)
+
+    def _unregistered(self, running: bool) -> dict[str, list[str]]:
+        """The names in the logs' registry that are no view of the registry → the tables
+        logged for them: those whose create_view is over (``unfinished``), and with
+        ``running`` those whose create_view holds its lock too."""
         if not self._has("log_users"):
             return {}
+        registered = (f"NOT EXISTS (SELECT FROM {qq(self.companion, REGISTRY)} AS v "
+                      "WHERE v.name = u.view)" if self._has(REGISTRY) else "true")
         rows = self.conn.execute(
             f"SELECT u.view, array_agg(u.tbl ORDER BY u.tbl) FROM "
-            f"{qq(self.companion, 'log_users')} AS u WHERE NOT EXISTS (SELECT FROM "
-            f"{qq(self.companion, REGISTRY)} AS v WHERE v.name = u.view) GROUP BY u.view "
-            "ORDER BY u.view" if self._has(REGISTRY) else
-            f"SELECT u.view, array_agg(u.tbl ORDER BY u.tbl) FROM "
-            f"{qq(self.companion, 'log_users')} AS u GROUP BY u.view ORDER BY u.view"
-        ).fetchall()
+            f"{qq(self.companion, 'log_users')} AS u WHERE {registered} AND (%s OR NOT EXISTS ("
+            "SELECT FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.objsubid = 2 "
+            "AND l.classid = %s::oid AND l.objid = hashtext(%s || '.' || u.view)::oid)) "
+            "GROUP BY u.view ORDER BY u.view",
+            (running, CREATE_LOCK_CLASS, self.companion)).fetchall()
         return {str(v): [str(t) for t in ts] for v, ts in rows}
 
     def _drop_view(self, name: str, cascade: bool) -> None:

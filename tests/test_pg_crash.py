@@ -33,6 +33,7 @@ import pytest
 
 from idivm.errors import BackendError, MaintenanceError
 from idivm.postgres import PostgresMaintainer
+from idivm.postgres.changelog import LOCK_CLASS
 
 # the WAL writer's pause between its rounds (its longest): the commit of a maintain that
 # returned a moment ago is most likely still in shared memory when the crash comes
@@ -196,6 +197,19 @@ def _schema(cluster: Cluster, rows: int) -> None:
         w.execute("INSERT INTO s.u SELECT g, g % 3 FROM generate_series(0, 6) g")
 
 
+def _wait_for(w: psycopg.Connection[Any], running: str, waiting: bool = False) -> None:
+    """Until a statement ``LIKE running`` is active (``waiting``: and waits for a lock)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        row = w.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                        "AND query LIKE %s AND (NOT %s OR wait_event_type = 'Lock') "
+                        "AND pid <> pg_backend_pid()", (running, waiting)).fetchone()
+        if row and row[0]:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"no statement like {running!r} ran")
+
+
 def _crash_during(cluster: Cluster, call: Callable[[], object], running: str) -> BaseException:
     """Run ``call`` in a thread and crash the server once a statement ``LIKE running`` is
     active in it; return what ``call`` raised (it must: its connection is lost)."""
@@ -210,15 +224,7 @@ def _crash_during(cluster: Cluster, call: Callable[[], object], running: str) ->
     thread = threading.Thread(target=run)
     with psycopg.connect(cluster.dsn, autocommit=True) as w:
         thread.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            row = w.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                            "AND query LIKE %s", (running,)).fetchone()
-            if row and row[0]:
-                break
-            time.sleep(0.005)
-        else:
-            raise AssertionError(f"no statement like {running!r} ran")
+        _wait_for(w, running)
     cluster.crash()
     thread.join(60)
     assert not thread.is_alive()
@@ -401,3 +407,53 @@ def test_a_create_view_in_progress_is_not_unfinished(pg_dsn: str, pg_schema: str
             w.execute("UPDATE t SET v = v + 1 WHERE id < 100")
             m.maintain("v")
         assert _rows(w, "SELECT * FROM v") == _rows(w, QUERY.replace("s.t", "t"))
+
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_crash_before_create_view_installs_the_maintain_procedure(cluster: Cluster,
+                                                                     first: bool) -> None:
+    """The view committed, its branch of the ``maintain`` procedure not yet (create_view's
+    third transaction, held here at its first statement, the companion's lock) — for the
+    schema's first view, no procedure at all: the view is listed, and its first maintain
+    installs the branch (the procedure) and makes it equal its query."""
+    _schema(cluster, 300_000)
+    m = PostgresMaintainer(cluster.dsn, schema="s")
+    if not first:
+        m.create_view("other", "SELECT g, count(*) AS n FROM t GROUP BY g")
+    failed: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            m.create_view("v", VIEW)
+        except BaseException as e:  # (reported to the test)
+            failed.append(e)
+
+    thread = threading.Thread(target=create)
+    holder = psycopg.connect(cluster.dsn)
+    w = psycopg.connect(cluster.dsn, autocommit=True)
+    try:
+        thread.start()
+        _wait_for(w, "CREATE TABLE %fillfactor = 90%")  # the view's transaction
+        holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('s__idivm'))",
+                       (LOCK_CLASS,))
+        _wait_for(w, "SELECT pg_advisory_xact_lock%", waiting=True)  # the third, held
+        cluster.crash()
+    finally:
+        holder.close()  # (the crash ends its transaction; a failure above: it goes on)
+        w.close()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert failed and isinstance(failed[0], BackendError), failed
+    assert "connection was lost" in str(failed[0])
+    m.close()
+    cluster.start()
+    with psycopg.connect(cluster.dsn, autocommit=True) as w:
+        with PostgresMaintainer(cluster.dsn, schema="s") as m:
+            assert [(r["view"], r.get("unfinished")) for r in m.status()] == \
+                ([] if first else [("other", None)]) + [("v", None)]
+            w.execute("UPDATE s.t SET v = v + 1 WHERE id < 100")
+            m.maintain("v")
+            if not first:
+                m.maintain_all()
+        assert _rows(w, "SELECT * FROM s.v") == _rows(w, QUERY)

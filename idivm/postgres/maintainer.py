@@ -976,6 +976,12 @@ class PostgresMaintainer:
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as e:
             if not self._has_procedure():  # else: raised by the code it runs, reported below
                 self._check_layout()
+                views = self._views()
+                if retry and (name in views if name is not None else views):
+                    # views committed without the procedure (the session of the create_view
+                    # of the schema's first view lost before its last transaction): make it
+                    self._recompile_stale(None)
+                    return self._call(name, retry=False, choices=choices)
                 raise BackendError(f"no idivm view {name!r} in schema {self.schema!r}") from e
             if retry and not (self._has_procedure("maintain", 6) if name is not None
                               else self._has_procedure("maintain_all", 5)):

@@ -210,9 +210,8 @@ def _wait_for(w: psycopg.Connection[Any], running: str, waiting: bool = False) -
     raise AssertionError(f"no statement like {running!r} ran")
 
 
-def _crash_during(cluster: Cluster, call: Callable[[], object], running: str) -> BaseException:
-    """Run ``call`` in a thread and crash the server once a statement ``LIKE running`` is
-    active in it; return what ``call`` raised (it must: its connection is lost)."""
+def _thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """A thread running ``call`` (not started), and the list it puts what ``call`` raised in."""
     failed: list[BaseException] = []
 
     def run() -> None:
@@ -221,7 +220,13 @@ def _crash_during(cluster: Cluster, call: Callable[[], object], running: str) ->
         except BaseException as e:  # (reported to the test)
             failed.append(e)
 
-    thread = threading.Thread(target=run)
+    return threading.Thread(target=run), failed
+
+
+def _crash_during(cluster: Cluster, call: Callable[[], object], running: str) -> BaseException:
+    """Run ``call`` in a thread and crash the server once a statement ``LIKE running`` is
+    active in it; return what ``call`` raised (it must: its connection is lost)."""
+    thread, failed = _thread(call)
     with psycopg.connect(cluster.dsn, autocommit=True) as w:
         thread.start()
         _wait_for(w, running)
@@ -369,17 +374,9 @@ def test_a_create_view_in_progress_is_not_unfinished(pg_dsn: str, pg_schema: str
         w.execute("CREATE TABLE t (id int PRIMARY KEY, g int NOT NULL, v int NOT NULL)")
         w.execute("INSERT INTO t SELECT i, i % 7, i FROM generate_series(1, 1000) i")
         creating = PostgresMaintainer(pg_dsn, schema=pg_schema)
-        failed: list[BaseException] = []
-
-        def create() -> None:
-            try:
-                creating.create_view("v", VIEW)
-            except BaseException as e:  # (reported to the test)
-                failed.append(e)
-
+        thread, failed = _thread(lambda: creating.create_view("v", VIEW))
         holder = psycopg.connect(pg_dsn)  # holds the view's watermark row: the create's
-        thread = threading.Thread(target=create)  # last statement waits for it
-        thread.start()
+        thread.start()  # last statement waits for it
         users = f'"{pg_schema}__idivm".log_users'
         deadline = time.monotonic() + 30
         while True:
@@ -421,15 +418,7 @@ def test_a_crash_before_create_view_installs_the_maintain_procedure(cluster: Clu
     m = PostgresMaintainer(cluster.dsn, schema="s")
     if not first:
         m.create_view("other", "SELECT g, count(*) AS n FROM t GROUP BY g")
-    failed: list[BaseException] = []
-
-    def create() -> None:
-        try:
-            m.create_view("v", VIEW)
-        except BaseException as e:  # (reported to the test)
-            failed.append(e)
-
-    thread = threading.Thread(target=create)
+    thread, failed = _thread(lambda: m.create_view("v", VIEW))
     holder = psycopg.connect(cluster.dsn)
     w = psycopg.connect(cluster.dsn, autocommit=True)
     try:

@@ -440,13 +440,18 @@ class PostgresMaintainer:
         session-level advisory lock: it ends with the session, however the session ends)
         from before it installs the logging to after it has installed the view — what tells
         a create_view in progress from an unfinished one (``unfinished``)."""
-        key = (CREATE_LOCK_CLASS, f"{self.companion}.{name}")
+        key = self._create_lock(name)
         self.conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
         try:
             return self._create_one(name, view_sql, changes, catalog, strategy)
         finally:
             if not (self.conn.closed or self.conn.broken):
                 self.conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+
+    def _create_lock(self, name: str) -> tuple[int, str]:
+        """The keys of view ``name``'s create lock: its class, and the text whose
+        ``hashtext`` is the second key (``_unregistered`` finds it in ``pg_locks`` so)."""
+        return CREATE_LOCK_CLASS, f"{self.companion}.{name}"
 
     def _create_one(self, name: str, view_sql: str,
                     changes: Mapping[str, Sequence[str]] | None,
@@ -1109,8 +1114,7 @@ class PostgresMaintainer:
                     # (a create_view of it that begins now waits; one in progress since the
                     # check above holds the lock: it is not unfinished)
                     row = self.conn.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))",
-                                            (CREATE_LOCK_CLASS, f"{self.companion}.{name}")
-                                            ).fetchone()
+                                            self._create_lock(name)).fetchone()
                     if not (row and row[0]):
                         raise BackendError(f"view {name!r} is being created by another "
                                            "session: drop it once that create_view has ended")

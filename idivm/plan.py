@@ -20,7 +20,7 @@ from idivm.planner.instantiate import RuleDag, instantiate
 from idivm.planner.lookups import Lookup, input_lookups
 from idivm.planner.model import STRATEGIES, BaseSchema, NodeInfo, Strategy
 from idivm.planner.rewrite import rewrite
-from idivm.planner.selective import Statistics, chosen
+from idivm.planner.selective import Statistics, chosen, chosen_filters
 from idivm.render import render
 from idivm.script import Apply, Compute, Dialect, Statement, to_sql
 
@@ -39,7 +39,8 @@ class Plan:
     statements: tuple[Statement, ...]  # the minimized Δ-script
     catalog: Catalog
     strategy: Strategy = "id"  # id: i-diffs; tuple: t-diffs (the baseline); recompute
-    # the σ over a scan stored as caches (``planner/selective.py``), by signature
+    # the σ over a scan stored as caches, and those whose keys filter another table's log
+    # before the fold (``planner/selective.py``), by signature
     selective: frozenset[str] = frozenset()
     # (table, columns) the Δ-script finds the table's rows by, other than its IDs
     # (``planner/lookups.py``): indexed by a backend that owns the table's storage
@@ -219,8 +220,9 @@ def plan(view_sql: str, catalog: Catalog, name: str = "v", changes: Changes | No
         stmts.append(st)
     stmts, reads = minimize.inlined_with_refs(stmts)
     stmts = minimize.compose_queries(minimize.drop_unread(stmts, reads))
+    filters = chosen_filters(root, infos, statistics, selective)  # (read by the folds)
     return Plan(name, view, root, infos, schemas, dag, comp, tuple(stmts), catalog, strategy,
-                frozenset(selective.values()),
+                frozenset(selective.values()) | frozenset(filters.values()),
                 input_lookups(root, infos, {m.nid for m in comp.materialized}))
 
 

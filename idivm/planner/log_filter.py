@@ -18,10 +18,13 @@ the disjunction of theirs; a scan without one leaves T unfiltered. Conditions ar
 when deterministic and made of plain operators (comparisons, arithmetic, CASE, casts,
 LIKE/IN/BETWEEN and a few string functions), so a log row is judged as the table row would be.
 
-``fold_filters`` adds, for the fold alone, the conditions a join with a stored σ_φ(S) puts
-on T's rows (``KeysOf``): where the join equates every key column of the stored σ with a
-column of T's side, a T row whose values are no key of σ_φ(S) — in S's state before the
-changes or after them — joins nothing there, in either state the Δ-script evaluates. The keys
+``fold_filters`` adds, for the fold alone, the conditions a join with a keyed σ_φ(S) — a
+stored one, or one the planner chose to read from S itself (``planner.selective``) — puts on
+T's rows (``KeysOf``): where the join equates every key column of the σ with a column of T's
+side, and the σ is that side's sibling input or reaches it through inner joins (``reaching``:
+TPC-H Q5's line items joined with customers ⋈ σ_1994(orders)), a T row whose values are no
+key of σ_φ(S) — in S's state before the changes or after them — joins nothing there, in
+either state the Δ-script evaluates. The keys
 of both states are among the stored relation's keys (in whichever state it is when read) and
 the keys of S's pending log rows that meet φ (every key that changed in or out of σ_φ(S)): a
 superset, fixed per run, decided per image, so the fold of the images kept is the change
@@ -31,7 +34,7 @@ the view can see). The triggers do not use them (the keys are not the writer's t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from sqlglot import exp
 
@@ -110,25 +113,67 @@ def base_named(scan: A.Scan, e: exp.Expr) -> exp.Expr:
     return e.transform(rw)
 
 
-def _keyed(join: A.Node, stored: A.Node, child: A.Node,
-           keyed: Mapping[int, tuple[str, ...]]) -> tuple[exp.Expr, ...]:
-    """``KeysOf`` for the rows of ``child`` when ``join``'s sibling input ``stored`` is a
-    stored σ over a scan whose every key column the join's condition equates with a column
-    of ``child`` (a conjunct ``k = c``); nothing otherwise."""
-    key = keyed.get(stored.nid)
-    if not key or not (isinstance(stored, A.Select) and isinstance(stored.child, A.Scan)):
-        return ()
-    mine, theirs = set(child.columns), set(stored.columns)
+def reaching(node: A.Node) -> list[A.Select]:
+    """The σ over a scan whose rows carry each row of ``node``, their columns unchanged where
+    ``node`` outputs them: ``node`` itself, and those below it through operators that only
+    filter or combine rows — an inner join (either input), a σ, the left input of a semijoin
+    or an antijoin, a π (each of the σ's columns it outputs, a column passed on under its
+    name). Every row of ``node``, in any state, holds the values of a row of each of them, in
+    the same state."""
+    out: list[A.Select] = []
+    if isinstance(node, A.Select) and isinstance(node.child, A.Scan):
+        out.append(node)
+    if isinstance(node, A.Select):
+        out += reaching(node.child)
+    elif isinstance(node, A.Join):
+        out += [s for child in node.children for s in reaching(child)]
+    elif isinstance(node, A.SemiJoin | A.AntiJoin):
+        out += reaching(node.left)
+    elif isinstance(node, A.Project):
+        # (its columns π outputs under their names must be theirs: the reader asks for the
+        # key among the outputs)
+        exprs = dict(node.exprs)
+        passed = {k for k, e in node.exprs if isinstance(e, exp.Column) and e.name == k
+                  and not e.table}
+        out += [s for s in reaching(node.child)
+                if all(k in passed for k in s.columns if k in exprs)]
+    return out
+
+
+def read_by_key(join: A.Node, sibling: A.Node, child: A.Node,
+                key_of: Callable[[A.Select], tuple[str, ...] | None]
+                ) -> list[tuple[A.Select, tuple[str, ...]]]:
+    """The σ over a scan reaching ``join``'s input ``sibling`` (``reaching``) whose every key
+    column (``key_of``: None, not keyed) the join's condition equates with a column of its
+    other input ``child`` (a conjunct ``k = c``), with those columns of ``child`` in key order:
+    a row of ``child`` whose values there are no key of σ joins no row of ``sibling``."""
+    mine, theirs = set(child.columns), set(sibling.columns)
     pairs: dict[str, str] = {}
     for a, b in A.equalities(getattr(join, "predicate", None)):
         if a in theirs and b in mine:
             pairs.setdefault(a, b)
         elif b in theirs and a in mine:
             pairs.setdefault(b, a)
-    if not all(k in pairs for k in key):
+    out = []
+    for sel in reaching(sibling):
+        key = key_of(sel)
+        if key and all(k in pairs for k in key):
+            out.append((sel, tuple(pairs[k] for k in key)))
+    return out
+
+
+def _keyed(join: A.Node, sibling: A.Node, child: A.Node,
+           keyed: Mapping[int, tuple[str, ...]]) -> tuple[exp.Expr, ...]:
+    """``KeysOf`` for the rows of ``child`` for each keyed σ over a scan that ``join`` reads
+    through its sibling input by its whole key (``read_by_key``): directly (the sibling is
+    the σ), or below the sibling's inner joins (TPC-H Q5: line items joined on
+    ``l_orderkey`` with customers ⋈ σ_1994(orders))."""
+    if not keyed:
         return ()
-    return (KeysOf(this=exp.Literal.number(stored.nid),
-                   expressions=[exp.column(pairs[k], quoted=True) for k in key]),)
+    return tuple(KeysOf(this=exp.Literal.number(sel.nid),
+                        expressions=[exp.column(c, quoted=True) for c in cols])
+                 for sel, cols in read_by_key(join, sibling, child,
+                                              lambda n: keyed.get(n.nid)))
 
 
 def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], root: A.Node,

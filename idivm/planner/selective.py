@@ -20,22 +20,28 @@ table and φ over its columns), so a σ and its copies (a magic set's) are chose
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from sqlglot import exp
 
 from idivm import algebra as A
-from idivm.planner.log_filter import SAFE, base_named
+from idivm.planner.log_filter import SAFE, base_named, read_by_key
 from idivm.planner.model import NodeInfo
 
-__all__ = ["SELECTIVE_FRACTION", "Candidate", "Recorded", "Statistics", "candidates",
-           "chosen"]
+__all__ = ["FILTER_FRACTION", "SELECTIVE_FRACTION", "Candidate", "Recorded", "Statistics",
+           "candidates", "chosen", "chosen_filters", "filter_candidates"]
 
 # at most this fraction of the table's rows kept by φ: the cache pays (an estimate's error of
 # a few × still leaves it far smaller than the table)
 SELECTIVE_FRACTION = 0.1
+
+# at most this fraction of the table's rows kept by φ: the fold filters the other input's log
+# by the keys of σ_φ(S) (``filter_candidates``) — a lookup of S's key index per distinct value
+# of the log, which pays where it leaves out more than half the log rows
+FILTER_FRACTION = 0.5
+FILTER_PREFIX = "fold filter of "
 
 # the inputs of these operators are read as Input_post for the other input's changes
 _JOINS = (A.Join, A.OuterJoin, A.SemiJoin, A.AntiJoin)
@@ -43,16 +49,22 @@ _JOINS = (A.Join, A.OuterJoin, A.SemiJoin, A.AntiJoin)
 
 @dataclass(frozen=True)
 class Candidate:
-    """A σ directly over a scan of ``table``, read by a join."""
+    """A σ directly over a scan of ``table``, read by a join (``kind`` "cache"); or one a join
+    reads by its whole key, directly or through other inputs' inner joins, whose keys may
+    filter the other input's change log before the fold (``kind`` "filter",
+    ``filter_candidates``)."""
 
     nid: int
     table: str
     predicate: exp.Expr  # φ over the table's own column names
+    kind: str = "cache"
 
     @property
     def signature(self) -> str:
-        """The table and φ, as PostgreSQL SQL over the table's columns: what names the choice."""
-        return f"{self.table}: {self.predicate.sql('postgres')}"
+        """The table and φ, as PostgreSQL SQL over the table's columns: what names the choice
+        (a filter's prefixed ``FILTER_PREFIX``)."""
+        head = FILTER_PREFIX if self.kind == "filter" else ""
+        return f"{head}{self.table}: {self.predicate.sql('postgres')}"
 
     def query(self, table: exp.Table) -> exp.Select:
         """``SELECT * FROM table WHERE φ`` (``table``: how the backend names it)."""
@@ -109,18 +121,73 @@ def candidates(root: A.Node, infos: Mapping[int, NodeInfo]) -> tuple[Candidate, 
     return tuple(out)
 
 
+def _keyed_ids(infos: Mapping[int, NodeInfo]) -> Callable[[A.Select], tuple[str, ...] | None]:
+    """A σ's IDs where they are a key a join can read it by: never NULL, one row each."""
+    def key(sel: A.Select) -> tuple[str, ...] | None:
+        info = infos[sel.nid]
+        if not info.ids or info.multivalued or info.one_row \
+                or any(info.nullable.get(k, True) for k in info.ids):
+            return None
+        return tuple(info.ids)
+    return key
+
+
+def filter_candidates(root: A.Node, infos: Mapping[int, NodeInfo]) -> tuple[Candidate, ...]:
+    """Each σ over a scan with a deterministic φ that a join reads by its whole key through
+    one input (``planner.log_filter.read_by_key``: the σ is the input, or reaches it through
+    inner joins) where the fold filters the other input's log by it (the inputs
+    ``log_filter.fold_filters`` gives such semijoins): a log row of the other input whose
+    values are no key of σ_φ(S), before or after the changes, joins nothing there. TPC-H Q5:
+    the 1994 orders (15% of them) keep ~15% of the line-item log rows."""
+    key = _keyed_ids(infos)
+    out: dict[int, Candidate] = {}
+    for n in A.walk(root):
+        if isinstance(n, A.Join | A.SemiJoin):
+            sides = [(n.children[0], n.children[1]), (n.children[1], n.children[0])]
+        elif isinstance(n, A.OuterJoin | A.AntiJoin):
+            sides = [] if getattr(n, "full", False) else [(n.children[0], n.children[1])]
+        else:
+            continue
+        for sibling, child in sides:
+            for sel, cols in read_by_key(n, sibling, child, key):
+                # (a key of one column: the fold looks each value up, ``fold_visible``)
+                if len(cols) != 1 or not all(isinstance(x, SAFE) for x in sel.predicate.walk()):
+                    continue
+                assert isinstance(sel.child, A.Scan)
+                out.setdefault(sel.nid, Candidate(sel.nid, sel.child.table,
+                                                  base_named(sel.child, sel.predicate),
+                                                  "filter"))
+    return tuple(out.values())
+
+
+def _verdicts(cands: tuple[Candidate, ...], stats: Statistics, fraction: float
+              ) -> dict[int, str]:
+    out: dict[int, str] = {}
+    verdicts: dict[str, bool] = {}
+    for cand in cands:
+        sig = cand.signature
+        if sig not in verdicts:
+            f = stats.selectivity(cand)
+            verdicts[sig] = f is not None and f <= fraction
+        if verdicts[sig]:
+            out[cand.nid] = sig
+    return out
+
+
 def chosen(root: A.Node, infos: Mapping[int, NodeInfo], stats: Statistics | None
            ) -> dict[int, str]:
     """The candidates to cache: nid → signature."""
     if stats is None:
         return {}
-    out: dict[int, str] = {}
-    verdicts: dict[str, bool] = {}
-    for cand in candidates(root, infos):
-        sig = cand.signature
-        if sig not in verdicts:
-            f = stats.selectivity(cand)
-            verdicts[sig] = f is not None and f <= SELECTIVE_FRACTION
-        if verdicts[sig]:
-            out[cand.nid] = sig
-    return out
+    return _verdicts(candidates(root, infos), stats, SELECTIVE_FRACTION)
+
+
+def chosen_filters(root: A.Node, infos: Mapping[int, NodeInfo], stats: Statistics | None,
+                   cached: Collection[int] = ()) -> dict[int, str]:
+    """The filter candidates whose φ keeps at most ``FILTER_FRACTION`` of the table's rows,
+    but those ``cached`` (``chosen``: a stored σ filters the fold as it is): nid →
+    signature. Without statistics none: the Δ-scripts in ``scripts_out/`` are as before."""
+    if stats is None:
+        return {}
+    return _verdicts(tuple(c for c in filter_candidates(root, infos) if c.nid not in cached),
+                     stats, FILTER_FRACTION)

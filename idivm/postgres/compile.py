@@ -51,6 +51,7 @@ from idivm.planner.log_filter import KeysOf, base_named, fold_filters, log_filte
 from idivm.planner.model import change_table, fit, post_name, pre_name
 from idivm.planner.prune import prune_empty
 from idivm.planner.ruleapi import and_all, exists, match
+from idivm.planner.selective import filter_candidates
 from idivm.postgres.changelog import (
     HAS_POST,
     HAS_PRE,
@@ -77,7 +78,7 @@ from idivm.postgres.changelog import (
 )
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 39  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 40  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -1528,36 +1529,66 @@ class FoldFilter:
 def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
                  key_types: Mapping[str, Mapping[str, str]] | None = None
                  ) -> dict[str, FoldFilter]:
-    """``visible`` with the semijoins of the stored σ over a scan that joins read by their
-    whole key (``planner.log_filter.fold_filters``), for the fold: a ``KeysOf`` is ``(c…) IN
-    (the stored relation's keys UNION ALL the keys of S's log rows pending since ``prev``
-    that meet φ)`` (``FoldFilter.hashed``), or ``c IN (the distinct c of the pending log rows
-    with a stored row of key c UNION ALL S's changed keys)`` (``FoldFilter.probe``;
-    ``key_types``: the server types of S's columns, for the array)."""
+    """``visible`` with the semijoins of the σ over a scan that joins read by their whole key
+    (``planner.log_filter.fold_filters``), stored or chosen as filters (``plan.selective``),
+    for the fold: a ``KeysOf`` of a stored σ is ``(c…) IN (the stored relation's keys UNION
+    ALL the keys of S's log rows pending since ``prev`` that meet φ)`` (``FoldFilter.hashed``),
+    or ``c IN (the distinct c of the pending log rows with a stored row of key c UNION ALL S's
+    changed keys)`` (``FoldFilter.probe``; ``key_types``: the server types of S's columns,
+    for the array); of a σ read from S, the probing form with S's rows that meet φ, always
+    (``unhashed``), and only where the table's fold has no stored σ's semijoin."""
     if plan.strategy == "recompute":
         return {}
     nodes = {n.nid: n for n in A.walk(plan.root)}
     stored = {m.nid: m for m in plan.materialized if m.role != "view" and not m.nullable}
     cached = [m.nid for m in plan.materialized]
-    found = fold_filters(plan.root, cached, {nid: m.key for nid, m in stored.items()})
-    def parts(node: KeysOf) -> tuple[exp.Select, exp.Select, A.Scan]:
-        m, sel = stored[node.nid], nodes[node.nid]
+    # the σ whose keys filter the fold though not stored: read from their table itself
+    filtering = {c.nid for c in filter_candidates(plan.root, plan.infos)
+                 if c.signature in plan.selective and c.nid not in stored}
+    keys = {nid: m.key for nid, m in stored.items()} | {
+        nid: tuple(plan.infos[nid].ids) for nid in filtering}
+    found = fold_filters(plan.root, cached, keys)
+
+    def scan_of(nid: int) -> tuple[A.Select, A.Scan]:
+        sel = nodes[nid]
         assert isinstance(sel, A.Select) and isinstance(sel.child, A.Scan)
-        scan = sel.child
-        held = exp.select(*[exp.column(k, table="s", quoted=True) for k in m.key]).from_(
-            exp.Table(this=exp.to_identifier(m.name, quoted=True),
-                      db=exp.to_identifier(companion, quoted=True),
-                      alias=exp.TableAlias(this=exp.to_identifier("s"))))
+        return sel, sel.child
+
+    def held_key(nid: int) -> str:
+        """The key's first column as the held relation names it."""
+        return keys[nid][0] if nid in stored else scan_of(nid)[1].base_of(keys[nid][0])
+
+    def held_rel(nid: int) -> str:
+        """The relation the held keys are read from (its ``pg_class`` name)."""
+        return (q(companion) + "." + q(stored[nid].name) if nid in stored
+                else q(schema) + "." + q(scan_of(nid)[1].table))
+
+    def parts(node: KeysOf) -> tuple[exp.Select, exp.Select, A.Scan]:
+        sel, scan = scan_of(node.nid)
+        phi = base_named(scan, sel.predicate)
+        if node.nid in stored:  # the stored σ's rows: its keys
+            m = stored[node.nid]
+            held = exp.select(*[exp.column(k, table="s", quoted=True) for k in m.key]).from_(
+                exp.Table(this=exp.to_identifier(m.name, quoted=True),
+                          db=exp.to_identifier(companion, quoted=True),
+                          alias=exp.TableAlias(this=exp.to_identifier("s"))))
+        else:  # σ_φ(S) read from S: the keys of its rows that meet φ
+            held = exp.select(*[exp.column(scan.base_of(k), table="s", quoted=True)
+                                for k in keys[node.nid]]).from_(
+                exp.Table(this=exp.to_identifier(scan.table, quoted=True),
+                          db=exp.to_identifier(schema, quoted=True),
+                          alias=exp.TableAlias(this=exp.to_identifier("s")))).where(
+                phi.transform(lambda n: exp.column(n.name, table="s", quoted=True)
+                              if isinstance(n, exp.Column) else n))
         log = log_ref(schema, scan.table)
         log.set("alias", exp.TableAlias(this=exp.to_identifier("g")))
         # the changed keys: of S's pending images that meet φ (an image failing it is of
         # no row of σ_φ(S), before or after)
-        phi = base_named(scan, sel.predicate).transform(
-            lambda n: exp.column(n.name, table="g", quoted=True)
-            if isinstance(n, exp.Column) else n)
+        phi_g = phi.transform(lambda n: exp.column(n.name, table="g", quoted=True)
+                              if isinstance(n, exp.Column) else n)
         changed = exp.select(*[exp.column(scan.base_of(k), table="g", quoted=True)
-                               for k in m.key]).from_(log).where(exp.and_(
-            pending_predicate(prev, exp.column(XID, table="g", quoted=True)), exp.paren(phi)))
+                               for k in keys[node.nid]]).from_(log).where(exp.and_(
+            pending_predicate(prev, exp.column(XID, table="g", quoted=True)), exp.paren(phi_g)))
         return held, changed, scan
 
     def hashed(node: exp.Expr) -> exp.Expr:
@@ -1572,7 +1603,7 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
         """The PL/pgSQL array of S's changed keys the probing form reads: name, type, query."""
         assert key_types is not None
         _, changed, scan = parts(node)
-        key = stored[node.nid].key[0]
+        key = keys[node.nid][0]
         return (f"idivm__ks{node.nid}", f"{key_types[scan.table][scan.base_of(key)]}[]",
                 changed)
 
@@ -1586,7 +1617,7 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
             if not isinstance(node, KeysOf):
                 return node
             held, _, _ = parts(node)
-            key, col = stored[node.nid].key[0], node.expressions[0]
+            key, col = held_key(node.nid), node.expressions[0]
             # (the value over the log's own columns, as the fold's filter reads them)
             bare = col.transform(lambda n: exp.column(n.name, quoted=True)
                                         if isinstance(n, exp.Column) else n)
@@ -1611,6 +1642,20 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
                 this=exp.union(found, listed, distinct=False)))
         return rw
 
+    def unhashed(t: str) -> Callable[[exp.Expr], exp.Expr]:
+        """``t``'s fold filter of σ read from their tables: probed, always (hashing their keys
+        is a scan of the table, a recomputation's read: TPC-H SF 1 Q8, 1.5M orders read for
+        16k line-item log rows, 29 → 577 ms), or left out (TRUE) where they cannot be (a key
+        of several columns)."""
+        probed = probe(t)
+
+        def rw(node: exp.Expr) -> exp.Expr:
+            if not isinstance(node, KeysOf) or node.nid in stored:
+                return hashed(node)
+            return probed(node) if key_types is not None and len(node.expressions) == 1 \
+                else exp.true()
+        return rw
+
     out: dict[str, FoldFilter] = {}
     for t, f in found.items():
         if plan.undeclared_changes(t):
@@ -1619,12 +1664,24 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
         if not semis:
             out[t] = FoldFilter(f)
             continue
-        probing = key_types is not None and all(len(n.expressions) == 1
-                                                for n in semis.values())
-        out[t] = FoldFilter(
-            f.transform(hashed), f.transform(probe(t)) if probing else None,
-            tuple(array(semis[n]) for n in sorted(semis)) if probing else (),
-            tuple(q(companion) + "." + q(stored[n].name) for n in sorted(semis)))
+        if any(n in stored for n in semis):
+            # the stored σ's semijoins alone (a σ is stored where it keeps at most a tenth of
+            # its table: one read from its table, probed for each distinct value of the whole
+            # log, would cost more than it leaves out — TPC-H SF 1 Q8, line items of a part
+            # the view can see, then of orders of its two years: 35 → 64 ms)
+            f = f.transform(lambda n: exp.true() if isinstance(n, KeysOf)
+                            and n.nid not in stored else n)
+            semis = {n.nid: n for n in f.find_all(KeysOf)}
+            probing = key_types is not None and all(len(n.expressions) == 1
+                                                    for n in semis.values())
+            out[t] = FoldFilter(
+                f.transform(hashed), f.transform(probe(t)) if probing else None,
+                tuple(array(semis[n]) for n in sorted(semis)) if probing else (),
+                tuple(held_rel(n) for n in sorted(semis)))
+        else:  # σ read from their tables only: probed
+            out[t] = FoldFilter(f.transform(unhashed(t)), None, tuple(
+                array(k) for n, k in sorted(semis.items())
+                if key_types is not None and len(k.expressions) == 1))
     return out
 
 
@@ -1826,12 +1883,14 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             # index rather than every stored key hashed (TPC-H Q4: 11.5k line-item log rows
             # against 57k stored orders, 53 ms hashed)
             sizes = ", ".join(f"{lit(x)}::regclass" for x in ff.stored)
-            fill = "\n".join(f"{v} := ARRAY({qq.sql('postgres')});" for v, _, qq in ff.arrays)
             run = (f"IF {logged[t]} * 2 < (SELECT min(c.reltuples) FROM pg_class c "
                    f"WHERE c.oid IN ({sizes})) THEN\n"
-                   f"{indent(fill, 2)}\n{indent(fold_into(ff.probe), 2)}\n"
+                   f"{indent(fold_into(ff.probe), 2)}\n"
                    f"ELSE\n{indent(run, 2)}\nEND IF;")
+        if ff is not None and ff.arrays:  # S's changed keys, which the probing forms read
             decl_arrays.extend(f"{v} {typ};" for v, typ, _ in ff.arrays)
+            run = "\n".join(f"{v} := ARRAY({qq.sql('postgres')});"
+                             for v, _, qq in ff.arrays) + "\n" + run
         delta.append(
             f"IF {logged[t]} > 0 THEN\n"
             f"  idivm__ts := clock_timestamp();\n"

@@ -1236,6 +1236,7 @@ def _server(dsn: str) -> dict[str, str]:
         for k, q in (("version", "SHOW server_version"), ("shared_buffers", "SHOW shared_buffers"),
                      ("work_mem", "SHOW work_mem"), ("max_wal_size", "SHOW max_wal_size"),
                      ("checkpoint_timeout", "SHOW checkpoint_timeout"),
+                     ("autovacuum", "SHOW autovacuum"),
                      ("full_version", "SELECT version()")):
             row = conn.execute(q).fetchone()
             out[k] = str(row[0]) if row else ""

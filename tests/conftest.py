@@ -112,6 +112,22 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
         drop_schemas(pg_dsn, schema, f"{schema}__idivm")
 
 
+@pytest.fixture
+def pg_db(pg_dsn: str, pg_schema: str) -> Iterator[tuple[Any, psycopg.Connection[Any], str]]:
+    """A maintainer of a fresh schema, an autocommit connection whose search_path is that
+    schema, and its name; both closed afterwards."""
+    from idivm.postgres import PostgresMaintainer
+
+    conn = psycopg.connect(pg_dsn, autocommit=True)
+    conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
+    m = PostgresMaintainer(pg_dsn, pg_schema)
+    try:
+        yield m, conn, pg_schema
+    finally:
+        m.close()
+        conn.close()
+
+
 @pytest.fixture(scope="session")
 def spark_available() -> None:
     """Skip a Spark test when Java or pyspark is missing; under CI=true, fail instead."""

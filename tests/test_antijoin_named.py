@@ -15,7 +15,6 @@ import psycopg
 import pytest
 
 from idivm import Catalog, plan
-from idivm.postgres import PostgresMaintainer
 
 DDL = """
 CREATE TABLE c (ck int PRIMARY KEY, grp int NOT NULL, bal int NOT NULL);
@@ -50,17 +49,13 @@ def test_the_shortcut_where_phi_asks_only_ids_of_l() -> None:
 
 
 @pytest.fixture
-def db(pg_dsn: str, pg_schema: str) -> Any:
-    conn = psycopg.connect(pg_dsn, autocommit=True)
-    conn.execute(f"SET search_path = {pg_schema}")
+def db(pg_db: Any) -> Any:
+    m, conn, _ = pg_db
     conn.execute(DDL)
     conn.execute("INSERT INTO c SELECT i, i % 4, (i * 37) % 100 FROM generate_series(1, 300) i")
     conn.execute("INSERT INTO o SELECT i, CASE WHEN i % 9 = 0 THEN NULL ELSE 1 + (i * 13) % 200 "
                  "END, i % 100, i % 3 = 0 FROM generate_series(1, 400) i")
-    m = PostgresMaintainer(pg_dsn, pg_schema)
-    yield m, conn
-    m.close()
-    conn.close()
+    return m, conn
 
 
 def _batch(conn: psycopg.Connection[Any], rng: random.Random) -> None:

@@ -195,14 +195,9 @@ def _batch(conn: psycopg.Connection[Any], rng: random.Random) -> None:
 
 
 @pytest.fixture
-def db(pg_dsn: str, pg_schema: str) -> Any:
-    conn = psycopg.connect(pg_dsn, autocommit=True)
-    conn.execute(f"SET search_path = {pg_schema}")
-    _fill(conn)
-    m = PostgresMaintainer(pg_dsn, pg_schema)
-    yield m, conn, pg_schema
-    m.close()
-    conn.close()
+def db(pg_db: Any) -> Any:
+    _fill(pg_db[1])
+    return pg_db
 
 
 def test_pg_statistics(db: Any) -> None:

@@ -163,21 +163,24 @@ def read_by_key(join: A.Node, sibling: A.Node, child: A.Node,
 
 
 def _keyed(join: A.Node, sibling: A.Node, child: A.Node,
-           keyed: Mapping[int, tuple[str, ...]]) -> tuple[exp.Expr, ...]:
+           keyed: Mapping[int, tuple[str, ...]], reach: frozenset[int]
+           ) -> tuple[exp.Expr, ...]:
     """``KeysOf`` for the rows of ``child`` for each keyed σ over a scan that ``join`` reads
     through its sibling input by its whole key (``read_by_key``): directly (the sibling is
-    the σ), or below the sibling's inner joins (TPC-H Q5: line items joined on
-    ``l_orderkey`` with customers ⋈ σ_1994(orders))."""
+    the σ), or, for those in ``reach``, below the sibling's inner joins (TPC-H Q5: line items
+    joined on ``l_orderkey`` with customers ⋈ σ_1994(orders))."""
     if not keyed:
         return ()
     return tuple(KeysOf(this=exp.Literal.number(sel.nid),
                         expressions=[exp.column(c, quoted=True) for c in cols])
-                 for sel, cols in read_by_key(join, sibling, child,
-                                              lambda n: keyed.get(n.nid)))
+                 for sel, cols in read_by_key(
+                     join, sibling, child,
+                     lambda n: keyed.get(n.nid) if n is sibling or n.nid in reach else None))
 
 
 def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], root: A.Node,
-           keyed: Mapping[int, tuple[str, ...]]) -> Iterable[tuple[A.Scan, exp.Expr | None]]:
+           keyed: Mapping[int, tuple[str, ...]], reach: frozenset[int] = frozenset()
+           ) -> Iterable[tuple[A.Scan, exp.Expr | None]]:
     """Each scan below ``node`` with the condition its rows must meet to reach the view
     (with ``keyed``, the semijoins of those stored relations too: ``fold_filters``)."""
     if node.nid in cached and node is not root:
@@ -185,7 +188,10 @@ def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], ro
     safe = (*SAFE, KeysOf) if keyed else SAFE
 
     def down(child: A.Node, cs: tuple[exp.Expr, ...]) -> Iterable[tuple[A.Scan, exp.Expr | None]]:
-        return _scans(child, cs, cached, root, keyed)
+        return _scans(child, cs, cached, root, keyed, reach)
+
+    def keys(sibling: A.Node, child: A.Node) -> tuple[exp.Expr, ...]:
+        return _keyed(node, sibling, child, keyed, reach)
 
     if isinstance(node, A.Scan):
         cols = frozenset(node.cols)
@@ -202,20 +208,20 @@ def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], ro
         yield from down(node.child, below)
     elif isinstance(node, A.Join):
         on = (node.predicate,) if node.predicate is not None else ()
-        yield from down(node.left, (*conds, *on, *_keyed(node, node.right, node.left, keyed)))
-        yield from down(node.right, (*conds, *on, *_keyed(node, node.left, node.right, keyed)))
+        yield from down(node.left, (*conds, *on, *keys(node.right, node.left)))
+        yield from down(node.right, (*conds, *on, *keys(node.left, node.right)))
     elif isinstance(node, A.OuterJoin):
         on = (node.predicate,) if node.predicate is not None else ()
         yield from down(node.left, () if node.full else conds)
         yield from down(node.right, () if node.full else
-                        (*on, *_keyed(node, node.left, node.right, keyed)))
+                        (*on, *keys(node.left, node.right)))
     elif isinstance(node, A.SemiJoin):
         yield from down(node.left, (*conds, node.predicate,
-                                    *_keyed(node, node.right, node.left, keyed)))
-        yield from down(node.right, (node.predicate, *_keyed(node, node.left, node.right, keyed)))
+                                    *keys(node.right, node.left)))
+        yield from down(node.right, (node.predicate, *keys(node.left, node.right)))
     elif isinstance(node, A.AntiJoin):
         yield from down(node.left, conds)
-        yield from down(node.right, (node.predicate, *_keyed(node, node.left, node.right, keyed)))
+        yield from down(node.right, (node.predicate, *keys(node.left, node.right)))
     else:  # γ, ∪ and the rest: their inputs' rows are not filtered by what is above
         for child in node.children:
             yield from down(child, ())
@@ -229,14 +235,17 @@ def log_filters(root: A.Node, cached: Iterable[int] = ()) -> dict[str, exp.Expr]
 
 
 def fold_filters(root: A.Node, cached: Iterable[int],
-                 keyed: Mapping[int, tuple[str, ...]]) -> dict[str, exp.Expr]:
-    """``log_filters`` with the semijoins of stored relations (``KeysOf``), for the fold:
-    ``keyed`` maps the nid of each stored σ over a scan to its key columns (never NULL)."""
+                 keyed: Mapping[int, tuple[str, ...]], reach: Iterable[int] = ()
+                 ) -> dict[str, exp.Expr]:
+    """``log_filters`` with the semijoins of keyed σ (``KeysOf``), for the fold: ``keyed``
+    maps the nid of each stored σ over a scan, or σ chosen to filter, to its key columns
+    (never NULL); those in ``reach`` filter through the inner joins above them too, the
+    others only as a join's input."""
     stored = {nid: key for nid, key in keyed.items() if key}
     plain = _per_table(_scans(root, (), frozenset(cached), root, {}))
     per: dict[str, dict[str, exp.Expr | None]] = {}
     canon = _canonical(root, stored)
-    for scan, cond in _scans(root, (), frozenset(cached), root, stored):
+    for scan, cond in _scans(root, (), frozenset(cached), root, stored, frozenset(reach)):
         if cond is not None:
             cond = base_named(scan, cond).transform(
                 lambda n: KeysOf(this=exp.Literal.number(canon[n.nid]),

@@ -146,6 +146,24 @@ CASES = {
          "DELETE FROM t4 WHERE k0 = 2", "DELETE FROM t3"),
         "SELECT d1.c3 AS c0 FROM (SELECT AVG(a3.k0) AS c2, AVG(a3.k0) AS c3 FROM t3 AS a2 "
         "JOIN t4 AS a3 ON a2.c2 = a3.k0) AS d1"),
+    # seed 39300: sqlglot reads ``x IS NOT NULL`` as ``Is(negate=True)``, which the compiled
+    # log reads took for ``x IS NULL`` — over a NOT NULL column, FALSE: the count never moved
+    "seed39300_is_not_null_of_a_not_null_column": Case(
+        "CREATE TABLE t4 (k0 int NOT NULL, c0 date NOT NULL, c1 numeric(8,2) NOT NULL, "
+        "c2 int NOT NULL, PRIMARY KEY (k0));",
+        "INSERT INTO t4 VALUES (7, '2024-01-05', 4, 3), (8, '2024-01-05', 5, 1)",
+        ("DELETE FROM t4 WHERE k0 = 7", "INSERT INTO t4 VALUES (9, '2024-01-06', 2, 2)"),
+        "SELECT a1.c0 AS c0, COUNT(*) AS c1 FROM t4 AS a1 WHERE (a1.c1 IS NOT NULL) "
+        "GROUP BY a1.c0"),
+    # the same over a strict product (``strict_null_tests``: its columns' NULL tests, negated)
+    "seed39300_is_not_null_of_a_product": Case(
+        "CREATE TABLE t4 (k0 int NOT NULL, c0 date NOT NULL, c1 numeric(8,2), c2 int, "
+        "PRIMARY KEY (k0));",
+        "INSERT INTO t4 VALUES (7, '2024-01-05', 4, 3), (8, '2024-01-05', NULL, 1)",
+        ("DELETE FROM t4 WHERE k0 = 7", "INSERT INTO t4 VALUES (9, '2024-01-05', 2, 2)",
+         "UPDATE t4 SET c1 = 1 WHERE k0 = 8", "UPDATE t4 SET c2 = NULL WHERE k0 = 9"),
+        "SELECT a1.c0 AS c0, COUNT(*) AS n, SUM(a1.c1) AS s FROM t4 AS a1 "
+        "WHERE (a1.c1 * a1.c2) IS NOT NULL GROUP BY a1.c0"),
 }
 
 

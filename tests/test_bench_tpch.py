@@ -354,7 +354,15 @@ def test_summary_table_and_plot_with_every_column(tmp_path: Path) -> None:
     assert s["auto_over_best"] == pytest.approx(0.021 / 0.0205)
     assert s["pg_ivm_over_apply_id"] == pytest.approx(0.06 / 0.0305)
     assert s["apply_id_over_pg_ivm"] == pytest.approx(0.0305 / 0.06)
+    # the paired ratios: within each round, then their median and spread
+    pr = s["paired"]
+    assert pr["speedup"]["min"] == pytest.approx(0.3 / 0.021)
+    assert pr["speedup"]["max"] == pytest.approx(0.3 / 0.020)
+    assert pr["auto_over_best"]["median"] == pytest.approx(
+        (0.021 / 0.020 + 0.021 / 0.021) / 2)
+    assert pr["pg_ivm_over_apply_id"]["min"] == pytest.approx(0.06 / 0.031)
     assert s["verified"] == "yes" and q2["summary"]["pg_ivm"] is None
+    assert q2["summary"]["paired"]["pg_ivm_over_apply_id"] is None
     result = {"config": {"sf": 0.01, "rounds": 2, "batch_sizes": {"rf1 orders": 15}},
               "queries": {"1": q1, "2": q2}, "pg_ivm": {"schema": "s_pgivm", "version": "1.15",
                                                         "copy_s": 0.5, "copy_differs": []},
@@ -500,3 +508,22 @@ def test_a_column_that_times_out_leaves_and_the_others_go_on(
     assert [t.split(":")[0] for t in q["timeouts"]] == ["warm-up 1 maintain tuple"]
     assert q["summary"]["verified"] == "timeout" and q["summary"]["tuple"] is None
     assert q["summary"]["id"]["median"] > 0
+
+
+def test_paired_ratios_cancel_what_moves_both_sides() -> None:
+    """A round whose batch made every column twice as slow moves the ratios of the medians
+    but not the paired ones; ``auto`` is compared with recompute where recompute is the
+    better over the run, in every round, not with the faster of the two round by round."""
+    rounds = [{"apply_s": 0.1 * f, "recompute_s": 0.010 * f, "id": {"s": 0.020 * f},
+               "auto": {"s": 0.011 * f}, "tuple": {"s": 0.040 * f}}
+              for f in (1.0, 2.0, 2.0)]
+    pr = tpch_bench.paired_ratios(rounds, "recompute")
+    assert pr["speedup"] == {"median": 0.5, "min": 0.5, "max": 0.5}
+    assert pr["tuple_over_id"]["median"] == pytest.approx(2.0)
+    assert pr["auto_over_best"]["median"] == pytest.approx(1.1)
+    assert pr["pg_ivm_over_apply_id"] is None  # no pg_ivm column
+    # a round without a column leaves it out of that ratio only
+    rounds.append({"apply_s": 0.1, "recompute_s": 0.010, "id": {"s": 0.005}})
+    pr = tpch_bench.paired_ratios(rounds, "id")
+    assert pr["speedup"]["max"] == pytest.approx(2.0)
+    assert pr["auto_over_best"]["median"] == pytest.approx(0.55)

@@ -971,11 +971,48 @@ def where_time_goes(q: dict[str, Any]) -> dict[str, Any] | None:
             "read_by_relation": dict(sorted(read.items(), key=lambda kv: -kv[1])[:5])}
 
 
+def _time(r: Mapping[str, Any], col: str) -> float | None:
+    """Round ``r``'s seconds of ``col`` (a strategy or peer, ``recompute``, ``apply``,
+    ``apply_id``: the batch plus the id maintain), None where the round has none."""
+    if col in ("recompute", "apply"):
+        v = r.get(f"{col}_s")
+        return float(v) if v else None
+    if col == "apply_id":
+        a, i = _time(r, "apply"), _time(r, "id")
+        return a + i if a and i else None
+    x = r.get(col)
+    return float(x["s"]) if isinstance(x, Mapping) and x.get("s") else None
+
+
+# the ratios ``summarize`` pairs round by round: name → (numerator, denominator); ``best``
+# stands for the better of id and recompute over the run (their medians)
+PAIRED = {"speedup": ("recompute", "id"), "tuple_over_id": ("tuple", "id"),
+          "auto_over_best": ("auto", "best"), "pg_ivm_over_apply_id": ("pg_ivm", "apply_id")}
+
+
+def paired_ratios(rounds: Sequence[Mapping[str, Any]], best: str
+                  ) -> dict[str, dict[str, float] | None]:
+    """Each of ``PAIRED``'s ratios taken within each round — both sides after the same batch,
+    side by side — then their median and spread (min, max) over the rounds: the round-to-round
+    swings of the batch (its commit, the rows it touched, the server) that move both sides
+    alike cancel, which a ratio of two medians, each over the rounds, keeps. ``best``: the
+    column ``auto`` is compared with in every round (id or recompute, the better over the
+    run)."""
+    out: dict[str, dict[str, float] | None] = {}
+    for name, (a, b) in PAIRED.items():
+        b = best if b == "best" else b
+        xs = [x / y for r in rounds
+              if (x := _time(r, a)) is not None and (y := _time(r, b)) is not None]
+        out[name] = _stats(xs)
+    return out
+
+
 def summarize(q: dict[str, Any]) -> dict[str, Any]:
     """Per column median / min / max over the rounds (``apply_id``: the batch applied to the
     logged schema plus the id maintain, what pg_ivm's column compares with), the ratios of the
     medians (``speedup``: recompute ÷ id; ``tuple_over_id``; ``pg_ivm_over_apply_id`` and its
-    inverse ``apply_id_over_pg_ivm``), the verdict, and where the id refresh's time goes."""
+    inverse ``apply_id_over_pg_ivm``), the same ratios taken round by round (``paired``: their
+    median and spread), the verdict, and where the id refresh's time goes."""
     rounds = q.get("rounds", [])
     s: dict[str, Any] = {}
     for col in (*STRATEGIES, *PEERS):
@@ -996,6 +1033,8 @@ def summarize(q: dict[str, Any]) -> dict[str, Any]:
     s["refresh_over_id"] = ratio("refresh", "id")
     s["pg_ivm_over_apply_id"] = ratio("pg_ivm", "apply_id")
     s["apply_id_over_pg_ivm"] = ratio("apply_id", "pg_ivm")
+    s["paired"] = paired_ratios(rounds, "recompute" if med["recompute"] and (
+        not med["id"] or med["recompute"] < med["id"]) else "id")
     if q["mismatches"]:
         verdict = "FAIL"
     elif q["errors"]:
@@ -1032,6 +1071,17 @@ def _x(v: float | None, digits: int = 1) -> str:
     return "–" if v is None else f"{v:.{digits}f}×"
 
 
+def _paired_cell(s: Mapping[str, Any], name: str, digits: int = 1) -> str:
+    """A ratio's cell: its paired median over the rounds with their spread (``paired``), or
+    the ratio of the medians for a record without it."""
+    st = (s.get("paired") or {}).get(name)
+    if not st:
+        return _x(s.get(name), digits)
+    if st["min"] == st["max"]:
+        return _x(st["median"], digits)
+    return f"{_x(st['median'], digits)}\n({st['min']:.{digits}f}–{st['max']:.{digits}f})"
+
+
 HEADER = ("query", "plan s", "script lines", "create s (id)", "recompute ms", "refresh ms",
           "tuple ms", "id ms", "auto ms", "apply + id ms", "pg_ivm ms", "recompute ÷ id",
           "tuple ÷ id", "auto ÷ best", "pg_ivm ÷ (apply+id)", "verified")
@@ -1039,7 +1089,8 @@ CAPTION = ("ms, median (min–max) over the rounds; each round one batch: RF1 + 
            "orders each) + non-key and foreign-key updates; recompute: CREATE TEMP TABLE AS the "
            "query; refresh: REFRESH MATERIALIZED VIEW; tuple / id / auto: maintain (auto: the "
            "Δ-script or a recomputation, as refresh_cost decides; auto ÷ best: against the "
-           "better of id and recompute); apply + id: the "
+           "better of id and recompute); the ratios: within each round (both sides after the "
+           "same batch), median (min–max) over the rounds; apply + id: the "
            "batch on the logged schema plus the id maintain; pg_ivm: the same batch with "
            "pg_ivm's immediate maintenance of an IMMV of the query (– when pg_ivm refuses the "
            "query or is not installed)")
@@ -1069,8 +1120,9 @@ def print_result(c: Console, result: dict[str, Any]) -> None:
                   f"{q['create_s']['id']:.2f}" if "id" in q["create_s"] else "–",
                   _cell(s["recompute"], n), _cell(s.get("refresh"), n), _cell(s["tuple"], n),
                   _cell(s["id"], n), _cell(s.get("auto"), n), _cell(s.get("apply_id"), n),
-                  _pg_ivm_cell(q, n), _x(s["speedup"]), _x(s.get("tuple_over_id"), 2),
-                  _x(s.get("auto_over_best"), 2), _x(s.get("pg_ivm_over_apply_id"), 2),
+                  _pg_ivm_cell(q, n), _paired_cell(s, "speedup"),
+                  _paired_cell(s, "tuple_over_id", 2), _paired_cell(s, "auto_over_best", 2),
+                  _paired_cell(s, "pg_ivm_over_apply_id", 2),
                   f"[{color}]{s['verified']}[/{color}]")
     c.print(t)
     ivm = result.get("pg_ivm") or {}

@@ -9,7 +9,8 @@ of φ — from a histogram of ~100 values sampled by the last ANALYZE — moved 
 ``p_name LIKE '%green%'`` (5.4% of the rows) between 3% and 8% over eight ANALYZEs of SF 1's
 ``part``, and past the cache threshold (10%) in one benchmark run: Q9 then refreshed without
 its cache of ``part`` (by hand, side by side: 233 ms against 79 with it). The planner's
-estimate stays where the sample cannot be read or holds too few rows. Reads only; a statement that fails (a column type the condition does not fit, a
+estimate stays where the sample cannot be read (a view: no TABLESAMPLE) or holds too few
+rows. Reads only; a statement that fails (a column type the condition does not fit, a
 permission) is no estimate, and nothing is cached for it.
 """
 
@@ -35,7 +36,8 @@ MIN_SAMPLED = 1_000
 
 
 class PgStatistics:
-    """Estimates from PostgreSQL's planner for the tables of ``schema``."""
+    """Selectivities for the tables of ``schema``: counted on a block sample, or PostgreSQL's
+    planner's estimates."""
 
     def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
         self.conn, self.schema = conn, schema

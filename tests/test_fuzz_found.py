@@ -164,6 +164,21 @@ CASES = {
          "UPDATE t4 SET c1 = 1 WHERE k0 = 8", "UPDATE t4 SET c2 = NULL WHERE k0 = 9"),
         "SELECT a1.c0 AS c0, COUNT(*) AS n, SUM(a1.c1) AS s FROM t4 AS a1 "
         "WHERE (a1.c1 * a1.c2) IS NOT NULL GROUP BY a1.c0"),
+    # seed 41007: the rows an IN admits, each i-diff's a DISTINCT branch of a UNION ALL that
+    # carries a json column (COUNT's argument): the branch was left to the UNION ALL, which
+    # does not deduplicate — "could not identify an equality operator for type json"
+    "seed41007_distinct_json_branch_of_union_all": Case(
+        "CREATE TABLE t1 (k0 int NOT NULL, k1 int NOT NULL, c0 json NOT NULL, c1 int NOT NULL, "
+        "PRIMARY KEY (k0, k1));"
+        "CREATE TABLE t4 (k0 int NOT NULL, c0 bigint NOT NULL, c1 date, c2 json, "
+        "c3 int NOT NULL, PRIMARY KEY (k0));",
+        "INSERT INTO t4 VALUES (1, 5, NULL, '{}', 1), (2, 5, NULL, NULL, 2), "
+        "(3, 6, NULL, '[1]', 3); INSERT INTO t1 VALUES (1, 5, '{}', 1)",
+        ("INSERT INTO t1 VALUES (2, 6, '[]', 2)", "UPDATE t4 SET c2 = '{\"a\": 1}' WHERE k0 = 2",
+         "UPDATE t4 SET c0 = 6 WHERE k0 = 1", "DELETE FROM t1 WHERE k1 = 5",
+         "DELETE FROM t4 WHERE k0 = 3"),
+        "SELECT a1.c0 AS c0, COUNT(a1.c2) AS c1, SUM(a1.c0) AS c2, AVG(a1.c0) AS c3 FROM t4 AS a1 "
+        "WHERE a1.c0 IN (SELECT a2.k1 FROM t1 AS a2) GROUP BY a1.c0"),
 }
 
 

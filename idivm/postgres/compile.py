@@ -663,8 +663,11 @@ def comparable(tree: exp.Expr, types: Mapping[str, Mapping[str, exp.DataType]]) 
         dedup = (isinstance(node, exp.SetOperation) and node.args.get("distinct")) or \
             (isinstance(node, exp.Select) and isinstance(node.args.get("distinct"), exp.Distinct)
              and not node.args["distinct"].args.get("on"))
-        if not dedup or isinstance(node.parent, exp.SetOperation):
-            continue  # (a branch of a set operation: handled with it)
+        parent = node.parent
+        if not dedup or (isinstance(parent, exp.SetOperation) and parent.args.get("distinct")):
+            # (a branch of a deduplicating set operation: handled with it; a DISTINCT branch
+            # of a UNION ALL deduplicates on its own)
+            continue
         outs = node.selects
         bad: dict[int, exp.DataType] = {}
         for leaf in _leaves(node):  # any branch typing a column json/xml makes it json/xml

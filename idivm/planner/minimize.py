@@ -262,6 +262,15 @@ def _merge_at(q: exp.Select, pos: int, src: exp.Subquery) -> bool:
             return False
     if alias in taken:
         return False  # another scope of q binds the same alias
+    # a GROUP BY key that becomes a constant: a bare literal is not an expression there
+    # (PostgreSQL refuses a string, reads an integer as a select-list position; so does
+    # Spark's ordinal) — dropped, grouping by it adds nothing; not merged when every key would
+    group = q.args.get("group")
+    keys = list(group.expressions) if group is not None else []
+    constant = [_constant(defs[k.name]) if isinstance(k, exp.Column) and k.table == alias
+                else _constant(k) for k in keys]
+    if keys and all(constant):
+        return False
     rename: dict[str, str] = {}
     for a in own_aliases:
         if a in taken:
@@ -282,6 +291,9 @@ def _merge_at(q: exp.Select, pos: int, src: exp.Subquery) -> bool:
                 col.set("table", exp.to_identifier(rename[col.table], quoted=True))
         defs = {p.alias_or_name: p.unalias() for p in inner.expressions}
 
+    if any(constant):
+        assert group is not None
+        group.set("expressions", [k for k, c in zip(keys, constant, strict=True) if not c])
     for col in outside_cols:  # the derived table's columns by their definitions
         if col.table == alias:
             e = defs[col.name].copy()
@@ -315,6 +327,14 @@ def _merge_at(q: exp.Select, pos: int, src: exp.Subquery) -> bool:
     if parts:
         out.set("where", exp.Where(this=exp.and_(*parts) if len(parts) > 1 else parts[0]))
     return True
+
+
+def _constant(e: exp.Expr) -> bool:
+    """Whether ``e`` reads nothing: literals, NULL, TRUE/FALSE and casts or arithmetic of
+    them (no column, query or function call)."""
+    return not any(isinstance(n, exp.Column | exp.Query | exp.Placeholder | exp.Parameter)
+                   or (isinstance(n, exp.Func) and not isinstance(n, exp.Cast))
+                   for n in e.walk())
 
 
 def flatten(q: exp.Expr) -> exp.Expr:

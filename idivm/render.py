@@ -11,7 +11,9 @@ above may extend without a derived table) or a whole SELECT.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -20,6 +22,26 @@ from idivm import algebra as A
 from idivm.planner.ruleapi import c, select, subquery, t
 
 Leaf = Callable[[A.Node], "exp.Expr | None"]
+
+# Python frames a backend may use while rendering (sqlglot's generator recurses per node)
+DEEP_FRAMES = 20_000
+
+
+@contextlib.contextmanager
+def deep_trees() -> Iterator[None]:
+    """Room for sqlglot's recursive SQL generation over deep trees, the interpreter's limit
+    put back after (a context manager and a decorator). A Δ statement applies each i-diff of
+    an input to its snapshot in a derived table of its own: fuzz seed 43016's view (EXISTS
+    over a FULL JOIN with an outer-joined derived table) nests 73 UNIONs, ~300 expression
+    levels — past Python's default 1,000 frames as sqlglot renders it."""
+    old = sys.getrecursionlimit()
+    if old < DEEP_FRAMES:
+        sys.setrecursionlimit(DEEP_FRAMES)
+    try:
+        yield
+    finally:
+        if old < DEEP_FRAMES:
+            sys.setrecursionlimit(old)
 
 
 def render(node: A.Node, leaf: Leaf, types: Callable[[str], str | None] = lambda _: None

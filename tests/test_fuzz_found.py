@@ -208,6 +208,23 @@ CASES = {
         "SELECT d1.c0 AS c0, d1.c1 AS c1 FROM (SELECT a2.k0 AS c0, 3 AS c1 FROM t4 AS a2 "
         "GROUP BY a2.k0 EXCEPT SELECT a4.c0 AS c0, a3.c3 AS c1 FROM t3 AS a3 "
         "JOIN t1 AS a4 ON a3.k0 = a4.c0) AS d1"),
+    # seed 43016: EXISTS over a FULL JOIN of a join and an outer-joined derived table — its
+    # Δ statement applies 73 i-diffs to one snapshot, a derived table each: ~300 expression
+    # levels, a RecursionError in sqlglot's SQL generation (``render.deep_trees``)
+    "seed43016_deeply_nested_snapshot": Case(
+        "CREATE TABLE t0 (k0 int NOT NULL, c0 boolean, c1 int, PRIMARY KEY (k0));"
+        "CREATE TABLE t1 (k0 int NOT NULL, c0 bigint, c2 int NOT NULL, PRIMARY KEY (k0));"
+        "CREATE TABLE t2 (k0 text NOT NULL, c0 numeric(8,2), c1 int, PRIMARY KEY (k0));"
+        "CREATE TABLE t3 (k0 int NOT NULL, c0 int, PRIMARY KEY (k0));",
+        "INSERT INTO t0 VALUES (7, TRUE, 6), (8, FALSE, 1); INSERT INTO t1 VALUES (7, 1, 7);"
+        "INSERT INTO t2 VALUES ('a', 1.5, 7), ('b', NULL, NULL); INSERT INTO t3 VALUES (1, 8)",
+        ("INSERT INTO t3 VALUES (2, 7)", "UPDATE t0 SET c0 = FALSE WHERE k0 = 7",
+         "DELETE FROM t3", "INSERT INTO t1 VALUES (8, 2, 8)", "UPDATE t0 SET c0 = TRUE",
+         "INSERT INTO t3 VALUES (3, 9)", "DELETE FROM t1 WHERE k0 = 7"),
+        "SELECT a1.k0 AS c0, COUNT(a1.c0) AS c1, COUNT(a1.c1) AS c2 FROM t2 AS a1 WHERE "
+        "EXISTS(SELECT 1 FROM t0 AS a2 JOIN t3 AS a3 ON a2.k0 = a3.c0 FULL JOIN (SELECT a7.k0 "
+        "AS c0 FROM t1 AS a5 JOIN t0 AS a6 ON a5.k0 = a6.k0 LEFT JOIN t3 AS a7 ON a6.k0 = "
+        "a7.c0 WHERE a6.c0) AS d4 ON a3.c0 = d4.c0) GROUP BY a1.k0"),
 }
 
 

@@ -76,6 +76,7 @@ from idivm.postgres.changelog import (
     prune_threshold,
     q,
 )
+from idivm.render import deep_trees
 from idivm.script import Apply, Compute, Statement, render
 
 FORMAT_VERSION = 40  # bump when the compiled code's shape changes: installed views recompile
@@ -1710,6 +1711,7 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
     return out
 
 
+@deep_trees()
 def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  tables: Mapping[str, Table], fingerprints: Mapping[str, str],
                  column_types: Mapping[str, Mapping[str, str]],

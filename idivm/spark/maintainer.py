@@ -45,6 +45,7 @@ from idivm.plan import Plan, plan
 from idivm.planner.model import Strategy, change_table
 from idivm.planner.prune import prune_empty, reads_only_empty
 from idivm.refresh_cost import History, RefreshStrategy, choose_engine, decide
+from idivm.render import deep_trees
 from idivm.script import Apply, Compute, apply_run, query_sql, reads
 from idivm.spark import changes as cdf
 from idivm.spark import driver
@@ -372,6 +373,7 @@ class SparkMaintainer:
         return sorted(v for v, e in self.registry()["views"].items()
                       if name in (e.get("upstream") or ()))
 
+    @deep_trees()
     def create_view(self, name: str, view_sql: str,
                     changes: Mapping[str, Sequence[str]] | None = None,
                     strategy: RefreshStrategy = "auto") -> Plan:
@@ -536,6 +538,7 @@ class SparkMaintainer:
     def _manifest(self, name: str) -> Path:
         return self.root / STAGING / f"{name}.manifest.json"
 
+    @deep_trees()
     def maintain(self, name: str, strategy: RefreshStrategy | None = None
                  ) -> SparkMaintenanceStats:
         """Bring the view up to date with every base-table version after its watermark.
@@ -554,6 +557,7 @@ class SparkMaintainer:
         stats.upstream = ups
         return stats
 
+    @deep_trees()
     def maintain_all(self, strategy: RefreshStrategy | None = None
                      ) -> dict[str, SparkMaintenanceStats]:
         """Refresh every view in dependency order (a view after the views it reads), all up to
@@ -917,6 +921,7 @@ class SparkMaintainer:
         for t in p.tables:
             self.spark.catalog.dropTempView(change_table(t))
 
+    @deep_trees()
     def recompute(self, name: str) -> Any:
         """The view's query run from scratch over the base tables at the versions the view
         reflects (its watermarks): what the maintained view must equal."""

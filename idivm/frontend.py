@@ -1045,7 +1045,10 @@ class _Converter:
                            ) -> tuple[A.Node, dict[str, str]]:
         """f(DISTINCT x) per group as f(x) over γ_{G, x}, two-phase: the inner γ counts the
         rows per (group, x), which tells when a value enters or leaves a group, and keeps
-        partial SUM / COUNT / MIN / MAX of the other aggregates; the outer γ adds them up."""
+        partial SUM / COUNT / MIN / MAX of the other aggregates; the outer γ adds them up. An
+        AVG beside them is its partial sums' sum over its partial counts' sum, divided in a π
+        above the outer γ (NULL over no values; the sums' types are AVG's: numeric over
+        integers and numerics, double precision over floats)."""
         args = {a.arg for a, d in zip(aggs, distinct, strict=True) if d}
         if len(args) > 1:
             raise UnsupportedSQL("DISTINCT aggregates over several arguments",
@@ -1055,13 +1058,20 @@ class _Converter:
         assert x is not None
         partial: list[A.AggCall] = []
         final: list[A.AggCall] = []
+        averages: list[tuple[str, str, str]] = []  # (AVG's name, its sum's, its count's)
         for a, d in zip(aggs, distinct, strict=True):
             if d:
                 final.append(A.AggCall(a.name, a.func, x))
                 continue
             if a.func == "avg":
-                raise UnsupportedSQL("AVG beside a DISTINCT aggregate",
-                                     "not maintained; use SUM / COUNT")
+                total = A.AggCall(self.fresh(f"p__{a.name}__sum"), "sum", a.arg)
+                count = A.AggCall(self.fresh(f"p__{a.name}__count"), "count", a.arg)
+                partial += [total, count]
+                averages.append((a.name, self.fresh(f"{a.name}__sum"),
+                                 self.fresh(f"{a.name}__count")))
+                final += [A.AggCall(averages[-1][1], "sum", total.name),
+                          A.AggCall(averages[-1][2], "sum", count.name)]
+                continue
             part = A.AggCall(self.fresh(f"p__{a.name}"), a.func, a.arg)
             partial.append(part)
             final.append(A.AggCall(a.name, a.func if a.func in ("min", "max") else "sum",
@@ -1072,7 +1082,16 @@ class _Converter:
         mid = A.Project(self.nid(), inner, tuple((ren[k], A.col(k)) for k in ren))
         outer = A.Aggregate(self.nid(), mid, tuple(ren[g] for g in gcols), tuple(
             A.AggCall(f.name, f.func, ren[f.arg] if f.arg else None) for f in final))
-        return outer, {k: ren.get(v, v) for k, v in post.items()}
+        out: A.Node = outer
+        if averages:
+            parts = {n for _, total_, count_ in averages for n in (total_, count_)}
+            out = A.Project(self.nid(), outer, (
+                *((c, A.col(c)) for c in (*outer.group_by, *(f.name for f in final))
+                  if c not in parts),
+                *((name, exp.Div(this=A.col(total_), expression=exp.Nullif(
+                    this=A.col(count_), expression=exp.Literal.number(0)), typed=True))
+                  for name, total_, count_ in averages)))
+        return out, {k: ren.get(v, v) for k, v in post.items()}
 
     @staticmethod
     def post_agg(e: exp.Expr, post: dict[str, str], names_of: dict[str, str]) -> exp.Expr:

@@ -49,7 +49,8 @@ def test_generator_covers_the_supported_constructs() -> None:
                       "DISTINCT", "NOT EXISTS", "EXISTS", " IN (SELECT", "NOT IN (SELECT",
                       "UNION ALL", "UNION SELECT", "EXCEPT", "INTERSECT", "WITH ", "BETWEEN",
                       "CASE WHEN", "COALESCE(", "IS NULL", "AVG(", "MIN(", "MAX(", "COUNT(*)",
-                      "SUM(", ") AS d"):
+                      "SUM(", ") AS d", " LIKE '", " ANY (", " ALL (", "EXTRACT(",
+                      "SUBSTRING(", "COUNT(DISTINCT", "AVG(DISTINCT", "GROUP BY COALESCE("):
         assert construct in text, construct
     schemas = [random_case(s, FuzzConfig(), 0, 0).schema for s in range(40)]
     ddl = " ".join(" ".join(s.ddl()) for s in schemas)

@@ -225,6 +225,23 @@ CASES = {
         "EXISTS(SELECT 1 FROM t0 AS a2 JOIN t3 AS a3 ON a2.k0 = a3.c0 FULL JOIN (SELECT a7.k0 "
         "AS c0 FROM t1 AS a5 JOIN t0 AS a6 ON a5.k0 = a6.k0 LEFT JOIN t3 AS a7 ON a6.k0 = "
         "a7.c0 WHERE a6.c0) AS d4 ON a3.c0 = d4.c0) GROUP BY a1.k0"),
+    # seed 44002 (the generator's DISTINCT aggregates): AVG beside COUNT(DISTINCT) was refused
+    # ("AVG beside a DISTINCT aggregate", not in the README's list); now its partial sums over
+    # its partial counts — over integers (numeric), floats, NULLs and a group left empty
+    "seed44002_avg_beside_a_distinct_aggregate": Case(
+        "CREATE TABLE t1 (k0 int PRIMARY KEY, g int, x int, y int, f double precision);",
+        "INSERT INTO t1 VALUES (1, 1, 1, 1, 0.5), (2, 1, 1, 2, NULL), (3, 1, 2, NULL, 1.5), "
+        "(4, 2, 5, 7, 2.25), (5, NULL, 5, 3, -1)",
+        ("UPDATE t1 SET y = 4 WHERE k0 = 3", "DELETE FROM t1 WHERE k0 = 4",
+         "INSERT INTO t1 VALUES (6, 2, NULL, NULL, NULL)", "UPDATE t1 SET g = 2 WHERE k0 = 1",
+         "UPDATE t1 SET x = 1, f = 3 WHERE k0 = 6", "DELETE FROM t1 WHERE g = 1"),
+        "SELECT a.g AS g, COUNT(DISTINCT a.x) AS d, AVG(a.y) AS ay, AVG(a.f) AS af, "
+        "SUM(a.y) AS s, COUNT(*) AS n FROM t1 AS a GROUP BY a.g"),
+    "seed44002_avg_beside_a_distinct_aggregate_global": Case(
+        "CREATE TABLE t1 (k0 int PRIMARY KEY, x int, y numeric(8,2));",
+        "INSERT INTO t1 VALUES (1, 1, 1.25), (2, 1, NULL), (3, 2, 2)",
+        ("UPDATE t1 SET y = 4 WHERE k0 = 2", "DELETE FROM t1", "INSERT INTO t1 VALUES (4, 3, 1)"),
+        "SELECT AVG(DISTINCT a.x) AS dx, AVG(a.y) AS ay, MAX(a.y) AS my FROM t1 AS a"),
 }
 
 

@@ -1,7 +1,9 @@
 """Random view SQL over what the README lists as supported: inner, θ-, self- and outer joins,
 WHERE with AND/OR/NOT, comparisons, IS NULL, BETWEEN, IN-lists, CASE, COALESCE, GROUP BY/HAVING
 with SUM/COUNT/AVG/MIN/MAX, DISTINCT, EXISTS/IN/NOT EXISTS/NOT IN and scalar subqueries,
-derived tables, WITH, UNION [ALL]/EXCEPT/INTERSECT — nested to a bounded depth.
+derived tables, WITH, UNION [ALL]/EXCEPT/INTERSECT — nested to a bounded depth; on PostgreSQL
+(profile ``pg``) also GROUP BY expressions, an aggregate over DISTINCT values, ``op ANY/ALL``,
+``LIKE``, ``EXTRACT`` and ``SUBSTRING``.
 
 Every column reference is qualified, every output column is named (``c0``, ``c1``, … unique),
 and types are tracked so comparisons, aggregates and set operations are valid.
@@ -67,6 +69,11 @@ def random_view(rng: random.Random, schema: SchemaDef) -> str:
 
 def _fresh(ctx: _Ctx) -> bool:
     return ctx.schema.config.profile == "fresh"
+
+
+def _full(ctx: _Ctx) -> bool:
+    """Every construct the README lists (PostgreSQL's profile)."""
+    return ctx.schema.config.profile == "pg"
 
 
 def _query(ctx: _Ctx, depth: int, sig: list[str] | None, top: bool = False
@@ -223,6 +230,10 @@ def _simple_pred(ctx: _Ctx, env: list[Col]) -> str:
         vals = sorted({_lit(ctx, c.kind) for _ in range(rng.randint(1, 3))})
         return f"{c.ref} {rng.choice(['', 'NOT '])}IN ({', '.join(vals)})"
     if r < 0.84 and not _fresh(ctx):
+        texts = _cols(env, "text")
+        if texts and _full(ctx) and rng.random() < 0.3:
+            pattern = rng.choice(["a%", "%b", "_", "c", "%", "a_"])
+            return f"{rng.choice(texts).ref} {rng.choice(['', 'NOT '])}LIKE '{pattern}'"
         return f"COALESCE({c.ref}, {_lit(ctx, c.kind)}) {_op(ctx, c.kind)} {_lit(ctx, c.kind)}"
     if r < 0.90:
         return (f"CASE WHEN {c.ref} {_op(ctx, c.kind)} {_lit(ctx, c.kind)} THEN 1 "
@@ -269,7 +280,17 @@ def _subquery_pred(ctx: _Ctx, env: list[Col], depth: int) -> str:
     if not ordered:
         return _simple_pred(ctx, env)
     c = rng.choice(ordered)
-    kind = rng.choices(["exists", "not exists", "in", "not in", "scalar"], [30, 15, 25, 10, 20])[0]
+    kind = rng.choices(["exists", "not exists", "in", "not in", "scalar", "any"],
+                       [30, 15, 25, 10, 20, 8 if _full(ctx) else 0])[0]
+    if kind == "any":  # x op ANY|ALL (S), perhaps correlated, perhaps negated
+        corr = rng.choice(ordered) if rng.random() < 0.3 else None
+        text, inner, where = _inner_block(ctx, depth, env, corr)
+        cands = [d for d in inner if d.kind == c.kind]
+        if not cands:
+            return _simple_pred(ctx, env)
+        neg = "NOT " if rng.random() < 0.2 else ""
+        return (f"{neg}{c.ref} {_op(ctx, c.kind)} {rng.choice(['ANY', 'ALL', 'SOME'])} "
+                f"(SELECT {rng.choice(cands).ref} FROM {text}{_where(where)})")
     if kind in ("exists", "not exists"):
         text, _, where = _inner_block(ctx, depth, env, c)
         neg = "NOT " if kind == "not exists" else ""
@@ -326,6 +347,27 @@ def _expr(ctx: _Ctx, env: list[Col], kind: str | None = None) -> tuple[str, str,
     if r < 0.40 and c.kind in ORDERED:
         return (f"CASE WHEN {_simple_pred(ctx, env)} THEN {c.ref} ELSE {_lit(ctx, c.kind)} END",
                 c.kind, c.nullable)
+    if r < 0.46 and c.kind in ("date", "text") and _full(ctx):
+        return _function(ctx, c)
+    return c.ref, c.kind, c.nullable
+
+
+def _function(ctx: _Ctx, c: Col) -> tuple[str, str, bool]:
+    """EXTRACT of a date's field (numeric on PostgreSQL), SUBSTRING of a text."""
+    if c.kind == "date":
+        return (f"EXTRACT({ctx.rng.choice(['YEAR', 'MONTH', 'DAY'])} FROM {c.ref})", "num",
+                c.nullable)
+    return f"SUBSTRING({c.ref} FROM 1 FOR {ctx.rng.randint(1, 2)})", "text", c.nullable
+
+
+def _group_expr(ctx: _Ctx, c: Col) -> tuple[str, str, bool]:
+    """A GROUP BY key computed from ``c`` (the SELECT list repeats its text)."""
+    if c.kind in ("int", "num") and ctx.rng.random() < 0.5:
+        return f"{c.ref} + {ctx.rng.randint(1, 3)}", c.kind, c.nullable
+    if c.kind in ("date", "text") and ctx.rng.random() < 0.6:
+        return _function(ctx, c)
+    if c.kind in ORDERED:
+        return f"COALESCE({c.ref}, {_lit(ctx, c.kind)})", c.kind, False
     return c.ref, c.kind, c.nullable
 
 
@@ -369,10 +411,21 @@ def _scalar_item(ctx: _Ctx, env: list[Col], depth: int) -> tuple[str, str, bool]
     return f"(SELECT COUNT(*) FROM {text}{_where(where)})", "int", True
 
 
-def _agg(ctx: _Ctx, env: list[Col], kind: str | None) -> tuple[str, str, bool]:
+def _agg(ctx: _Ctx, env: list[Col], kind: str | None, distinct: Col | None = None
+         ) -> tuple[str, str, bool]:
+    """An aggregate item: (text, kind, nullable). ``distinct``: the block's one argument an
+    aggregate may take DISTINCT values of (the README's limit: one per query)."""
     rng = ctx.rng
     nums = _cols(env, "int", "num")
     ordered = _cols(env, *ORDERED)
+    if distinct is not None and rng.random() < 0.35:
+        if kind in ("int", None) and (rng.random() < 0.5 or distinct.kind not in ("int", "num")):
+            return f"COUNT(DISTINCT {distinct.ref})", "int", False
+        if kind in (None, "num") and distinct.kind in ("int", "num"):
+            f = rng.choice(["SUM", "AVG"])
+            return f"{f}(DISTINCT {distinct.ref})", "num", True
+        if kind in (None, distinct.kind) and distinct.kind in ORDERED:
+            return f"{rng.choice(['MIN', 'MAX'])}(DISTINCT {distinct.ref})", distinct.kind, True
     if kind in ("int", None) and (rng.random() < 0.3 or not nums):
         if rng.random() < 0.6 or not env:
             return "COUNT(*)", "int", False
@@ -416,6 +469,11 @@ def _aggregate(ctx: _Ctx, depth: int, env: list[Col], text: str, where: list[str
     first = _first_key(ctx, env)
     if sig is None and first and rng.random() < 0.25:  # by the first item's key (Q13's shape)
         keys = first
+    # the key's text in GROUP BY and the SELECT list (an expression of it, on PostgreSQL)
+    key_text = {c: (_group_expr(ctx, c) if _full(ctx) and sig is None and rng.random() < 0.25
+                    else (c.ref, c.kind, c.nullable)) for c in keys}
+    distinct = rng.choice(groupable) if groupable and _full(ctx) and rng.random() < 0.2 \
+        else None
     items: list[str] = []
     out: list[OutCol] = []
     if sig is not None:
@@ -426,20 +484,22 @@ def _aggregate(ctx: _Ctx, depth: int, env: list[Col], text: str, where: list[str
                 items.append(f"{keys[-1].ref} AS c{i}")
                 out.append(OutCol(f"c{i}", k, keys[-1].nullable))
             else:
-                e, kind, nullable = _agg(ctx, env, k)
+                e, kind, nullable = _agg(ctx, env, k, distinct)
                 if kind != k:
                     e, kind, nullable = _lit(ctx, k), k, False
                 items.append(f"{e} AS c{i}")
                 out.append(OutCol(f"c{i}", kind, nullable))
     else:
         for c in keys:
-            items.append(f"{c.ref} AS c{len(items)}")
-            out.append(OutCol(f"c{len(out)}", c.kind, c.nullable))
+            text_, kind_, nullable_ = key_text[c]
+            items.append(f"{text_} AS c{len(items)}")
+            out.append(OutCol(f"c{len(out)}", kind_, nullable_))
         for _ in range(rng.randint(1, 3)):
-            e, kind, nullable = _agg(ctx, env, None)
+            e, kind, nullable = _agg(ctx, env, None, distinct)
             items.append(f"{e} AS c{len(items)}")
             out.append(OutCol(f"c{len(out)}", kind, nullable or not keys and kind != "int"))
-    group = f" GROUP BY {', '.join(c.ref for c in keys)}" if keys else ""
+    group = f" GROUP BY {', '.join(key_text[c][0] if c in key_text else c.ref for c in keys)}" \
+        if keys else ""
     having = ""
     if rng.random() < 0.25:
         agg, kind, _ = _agg(ctx, env, None)

@@ -1045,10 +1045,12 @@ class _Converter:
                            ) -> tuple[A.Node, dict[str, str]]:
         """f(DISTINCT x) per group as f(x) over γ_{G, x}, two-phase: the inner γ counts the
         rows per (group, x), which tells when a value enters or leaves a group, and keeps
-        partial SUM / COUNT / MIN / MAX of the other aggregates; the outer γ adds them up. An
-        AVG beside them is its partial sums' sum over its partial counts' sum, divided in a π
-        above the outer γ (NULL over no values; the sums' types are AVG's: numeric over
-        integers and numerics, double precision over floats)."""
+        partial SUM / COUNT / MIN / MAX of the other aggregates; the outer γ adds them up.
+        Where an output is not the outer γ's column, a π above it computes it: an AVG beside
+        them is its partial sums' sum over its partial counts' sum (NULL over no values; the
+        sums' types are AVG's: numeric over integers and numerics, double precision over
+        floats); a global γ's COUNT is the sum of its partial counts or 0 (over no rows the
+        sum is NULL: fuzz seed 45018's view read NULL where its query read 0)."""
         args = {a.arg for a, d in zip(aggs, distinct, strict=True) if d}
         if len(args) > 1:
             raise UnsupportedSQL("DISTINCT aggregates over several arguments",
@@ -1058,7 +1060,7 @@ class _Converter:
         assert x is not None
         partial: list[A.AggCall] = []
         final: list[A.AggCall] = []
-        averages: list[tuple[str, str, str]] = []  # (AVG's name, its sum's, its count's)
+        finish: dict[str, exp.Expr] = {}  # an output → its expression over the outer γ
         for a, d in zip(aggs, distinct, strict=True):
             if d:
                 final.append(A.AggCall(a.name, a.func, x))
@@ -1067,13 +1069,18 @@ class _Converter:
                 total = A.AggCall(self.fresh(f"p__{a.name}__sum"), "sum", a.arg)
                 count = A.AggCall(self.fresh(f"p__{a.name}__count"), "count", a.arg)
                 partial += [total, count]
-                averages.append((a.name, self.fresh(f"{a.name}__sum"),
-                                 self.fresh(f"{a.name}__count")))
-                final += [A.AggCall(averages[-1][1], "sum", total.name),
-                          A.AggCall(averages[-1][2], "sum", count.name)]
+                final += [A.AggCall(self.fresh(f"{a.name}__sum"), "sum", total.name),
+                          A.AggCall(self.fresh(f"{a.name}__count"), "sum", count.name)]
+                finish[a.name] = exp.Div(this=A.col(final[-2].name), expression=exp.Nullif(
+                    this=A.col(final[-1].name), expression=exp.Literal.number(0)), typed=True)
                 continue
             part = A.AggCall(self.fresh(f"p__{a.name}"), a.func, a.arg)
             partial.append(part)
+            if a.func in ("count", "count_star") and not gcols:
+                final.append(A.AggCall(self.fresh(f"{a.name}__sum"), "sum", part.name))
+                finish[a.name] = exp.Coalesce(this=A.col(final[-1].name),
+                                              expressions=[exp.Literal.number(0)])
+                continue
             final.append(A.AggCall(a.name, a.func if a.func in ("min", "max") else "sum",
                                    part.name))
         keys = list(dict.fromkeys([*gcols, x]))
@@ -1083,14 +1090,10 @@ class _Converter:
         outer = A.Aggregate(self.nid(), mid, tuple(ren[g] for g in gcols), tuple(
             A.AggCall(f.name, f.func, ren[f.arg] if f.arg else None) for f in final))
         out: A.Node = outer
-        if averages:
-            parts = {n for _, total_, count_ in averages for n in (total_, count_)}
+        if finish:
             out = A.Project(self.nid(), outer, (
-                *((c, A.col(c)) for c in (*outer.group_by, *(f.name for f in final))
-                  if c not in parts),
-                *((name, exp.Div(this=A.col(total_), expression=exp.Nullif(
-                    this=A.col(count_), expression=exp.Literal.number(0)), typed=True))
-                  for name, total_, count_ in averages)))
+                *((g, A.col(g)) for g in outer.group_by),
+                *((a.name, finish.get(a.name, A.col(a.name))) for a in aggs)))
         return out, {k: ren.get(v, v) for k, v in post.items()}
 
     @staticmethod

@@ -242,6 +242,15 @@ CASES = {
         "INSERT INTO t1 VALUES (1, 1, 1.25), (2, 1, NULL), (3, 2, 2)",
         ("UPDATE t1 SET y = 4 WHERE k0 = 2", "DELETE FROM t1", "INSERT INTO t1 VALUES (4, 3, 1)"),
         "SELECT AVG(DISTINCT a.x) AS dx, AVG(a.y) AS ay, MAX(a.y) AS my FROM t1 AS a"),
+    # seed 45018 (silently wrong): a global γ with COUNT(DISTINCT) beside COUNT summed the
+    # partial counts — NULL, not 0, once its input was empty
+    "seed45018_global_count_beside_a_distinct_aggregate": Case(
+        "CREATE TABLE t1 (k0 int PRIMARY KEY, x int, y int);",
+        "INSERT INTO t1 VALUES (1, 1, 1), (2, 1, NULL)",
+        ("DELETE FROM t1", "INSERT INTO t1 VALUES (3, NULL, NULL)", "UPDATE t1 SET y = 2",
+         "DELETE FROM t1 WHERE k0 = 3", "INSERT INTO t1 VALUES (4, 5, 6), (5, 5, 7)"),
+        "SELECT COUNT(DISTINCT a.x) AS d, COUNT(a.y) AS n, COUNT(*) AS m, SUM(a.y) AS s "
+        "FROM t1 AS a"),
 }
 
 

@@ -425,3 +425,27 @@ def test_join_attribute_update_into_a_new_group(spark: Any, tmp_path: Path, engi
     assert m.maintain("v").decision["engine"] == engine
     assert sorted(tuple(r) for r in m.read_view("v").collect()) == [(2,)]
     assert _equal(m, "v")
+
+
+@pytest.mark.parametrize("engine", ["spark", "driver"])
+def test_aggregates_beside_a_distinct_one(spark: Any, tmp_path: Path, engine: str) -> None:
+    """Fuzz seeds 44002 / 45018 on Spark: AVG beside a DISTINCT aggregate (its partial sums
+    over its partial counts) and a global γ's COUNT beside one (0, not NULL, once the input
+    is empty) — the π above the two-phase γ."""
+    m = maintainer(spark, tmp_path, "CREATE TABLE t (k int PRIMARY KEY, g int, x int, y int);",
+                   engine)
+    cols = "k int, g int, x int, y int"
+    m.load_table("t", spark.createDataFrame([(1, 1, 1, 1), (2, 1, 1, None), (3, 2, 2, 4)], cols))
+    views = {"avg": "SELECT t.g, COUNT(DISTINCT t.x) AS d, AVG(t.y) AS a FROM t GROUP BY t.g",
+             "cnt": "SELECT COUNT(DISTINCT t.x) AS d, COUNT(t.y) AS n, COUNT(*) AS m FROM t"}
+    for name, sql in views.items():
+        m.create_view(name, sql, strategy="id")
+    change = f"{cols}, _change_type string"
+    for rows in ([(3, 2, 2, 4, "delete"), (4, 2, 7, 5, "insert")],
+                 [(1, 1, 1, 1, "delete"), (2, 1, 1, None, "delete"), (4, 2, 7, 5, "delete")],
+                 [(5, 1, 3, None, "insert")]):
+        m.apply_changes("t", spark.createDataFrame(rows, change))
+        for name in views:
+            m.maintain(name)
+            assert _equal(m, name), (name, rows)
+    assert [tuple(r) for r in m.read_view("cnt").collect()] == [(1, 0, 1)]

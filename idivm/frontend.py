@@ -1049,8 +1049,9 @@ class _Converter:
         Where an output is not the outer γ's column, a π above it computes it: an AVG beside
         them is its partial sums' sum over its partial counts' sum (NULL over no values; the
         sums' types are AVG's: numeric over integers and numerics, double precision over
-        floats); a global γ's COUNT is the sum of its partial counts or 0 (over no rows the
-        sum is NULL: fuzz seed 45018's view read NULL where its query read 0)."""
+        floats); a COUNT is the sum of its partial counts as a bigint, COUNT's type (a sum of
+        bigints is a numeric), and in a global γ 0 over no rows (where the sum is NULL: fuzz
+        seed 45018's view read NULL where its query read 0)."""
         args = {a.arg for a, d in zip(aggs, distinct, strict=True) if d}
         if len(args) > 1:
             raise UnsupportedSQL("DISTINCT aggregates over several arguments",
@@ -1076,10 +1077,13 @@ class _Converter:
                 continue
             part = A.AggCall(self.fresh(f"p__{a.name}"), a.func, a.arg)
             partial.append(part)
-            if a.func in ("count", "count_star") and not gcols:
+            if a.func in ("count", "count_star"):
                 final.append(A.AggCall(self.fresh(f"{a.name}__sum"), "sum", part.name))
-                finish[a.name] = exp.Coalesce(this=A.col(final[-1].name),
-                                              expressions=[exp.Literal.number(0)])
+                total_count: exp.Expr = A.col(final[-1].name)
+                if not gcols:
+                    total_count = exp.Coalesce(this=total_count,
+                                               expressions=[exp.Literal.number(0)])
+                finish[a.name] = exp.cast(total_count, "BIGINT")
                 continue
             final.append(A.AggCall(a.name, a.func if a.func in ("min", "max") else "sum",
                                    part.name))

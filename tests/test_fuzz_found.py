@@ -275,3 +275,26 @@ def test_fuzz_finding(pg_dsn: str, pg_schema: str, name: str, strategy: str) -> 
             conn.execute(change)
             m.maintain("v")
             check(change)
+
+
+def test_aggregates_beside_a_distinct_one_keep_their_types(pg_dsn: str, pg_schema: str) -> None:
+    """The outputs of a two-phase γ (``frontend.distinct_aggregate``) have the query's types:
+    COUNT a bigint (not the numeric a sum of bigints is), AVG a numeric over integers and a
+    double precision over floats. (A SUM of integers stays a numeric there: left alone.)"""
+    view = ("SELECT t.g, COUNT(DISTINCT t.x) AS d, COUNT(*) AS n, COUNT(t.y) AS m, "
+            "AVG(t.y) AS a, AVG(t.f) AS af, SUM(t.b) AS sb, MIN(t.y) AS mi FROM t GROUP BY t.g")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, \
+            PostgresMaintainer(pg_dsn, pg_schema) as m:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg_schema)))
+        conn.execute("CREATE TABLE t (k int PRIMARY KEY, g int, x int, y int, f float8, b bigint)")
+        for name, q in (("v", view), ("w", view.replace("t.g, ", "").replace(" GROUP BY t.g", ""))):
+            m.create_view(name, q)
+            conn.execute(sql.SQL("CREATE TEMP VIEW {} AS ").format(sql.Identifier(f"q_{name}"))
+                         + sql.SQL(q))  # type: ignore[arg-type]
+            types = "SELECT column_name, data_type FROM information_schema.columns " \
+                    "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position"
+            temp = conn.execute("SELECT nspname FROM pg_namespace "
+                                "WHERE oid = pg_my_temp_schema()").fetchone()
+            assert temp is not None
+            assert conn.execute(types, (pg_schema, name)).fetchall() == \
+                conn.execute(types, (temp[0], f"q_{name}")).fetchall()

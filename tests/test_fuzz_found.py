@@ -26,6 +26,18 @@ class Case:
     view: str
 
 
+# seed 42024's tables, rows and changes (two views over them)
+SEED42024: tuple[str, str, tuple[str, ...]] = (
+    "CREATE TABLE t1 (k0 text NOT NULL, c0 int, c1 date NOT NULL, PRIMARY KEY (k0));"
+    "CREATE TABLE t3 (k0 bigint NOT NULL, c0 bigint NOT NULL, c1 text, c3 int, "
+    "PRIMARY KEY (k0));"
+    "CREATE TABLE t4 (k0 int NOT NULL, k1 int NOT NULL, c1 int, PRIMARY KEY (k0, k1));",
+    "INSERT INTO t4 VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3), (3, 1, 3);"
+    "INSERT INTO t1 VALUES ('x', 1, '2024-01-01'); INSERT INTO t3 VALUES (5, 1, 'a', 3)",
+    ("INSERT INTO t1 VALUES ('y', 2, '2024-01-02')", "UPDATE t3 SET c1 = 'b', c3 = 4",
+     "UPDATE t3 SET c0 = 2", "DELETE FROM t1 WHERE k0 = 'x'", "DELETE FROM t4 WHERE k1 = 1",
+     "UPDATE t3 SET c1 = 'a', c3 = 3"))
+
 CASES = {
     # a NULL group (below a ⟗) as the padded side's ID of a RIGHT join: the Δu of its SUM,
     # named by that NULL ID, also named the padded row of the preserved side's NULL group
@@ -183,28 +195,12 @@ CASES = {
     # branch put its constant ('a') in the GROUP BY — "non-integer constant in GROUP BY" (an
     # integer is read as a select-list position: the second case's 3 named the count)
     "seed42024_constant_merged_into_group_by": Case(
-        "CREATE TABLE t1 (k0 text NOT NULL, c0 int, c1 date NOT NULL, PRIMARY KEY (k0));"
-        "CREATE TABLE t3 (k0 bigint NOT NULL, c0 bigint NOT NULL, c1 text, c3 int, "
-        "PRIMARY KEY (k0));"
-        "CREATE TABLE t4 (k0 int NOT NULL, k1 int NOT NULL, c1 int, PRIMARY KEY (k0, k1));",
-        "INSERT INTO t4 VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3), (3, 1, 3);"
-        "INSERT INTO t1 VALUES ('x', 1, '2024-01-01'); INSERT INTO t3 VALUES (5, 1, 'a', 3)",
-        ("INSERT INTO t1 VALUES ('y', 2, '2024-01-02')", "UPDATE t3 SET c1 = 'b', c3 = 4",
-         "UPDATE t3 SET c0 = 2", "DELETE FROM t1 WHERE k0 = 'x'", "DELETE FROM t4 WHERE k1 = 1",
-         "UPDATE t3 SET c1 = 'a', c3 = 3"),
+        *SEED42024,
         "SELECT d1.c0 AS c0, d1.c0 AS c1, d1.c1 AS c2 FROM (SELECT a2.k0 AS c0, 'a' AS c1 "
         "FROM t4 AS a2 GROUP BY a2.k0 EXCEPT SELECT a4.c0 AS c0, a3.c1 AS c1 FROM t3 AS a3 "
         "JOIN t1 AS a4 ON a3.k0 = a4.c0) AS d1"),
     "seed42024_integer_constant_merged_into_group_by": Case(
-        "CREATE TABLE t1 (k0 text NOT NULL, c0 int, c1 date NOT NULL, PRIMARY KEY (k0));"
-        "CREATE TABLE t3 (k0 bigint NOT NULL, c0 bigint NOT NULL, c1 text, c3 int, "
-        "PRIMARY KEY (k0));"
-        "CREATE TABLE t4 (k0 int NOT NULL, k1 int NOT NULL, c1 int, PRIMARY KEY (k0, k1));",
-        "INSERT INTO t4 VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3), (3, 1, 3);"
-        "INSERT INTO t1 VALUES ('x', 1, '2024-01-01'); INSERT INTO t3 VALUES (5, 1, 'a', 3)",
-        ("INSERT INTO t1 VALUES ('y', 2, '2024-01-02')", "UPDATE t3 SET c1 = 'b', c3 = 4",
-         "UPDATE t3 SET c0 = 2", "DELETE FROM t1 WHERE k0 = 'x'", "DELETE FROM t4 WHERE k1 = 1",
-         "UPDATE t3 SET c1 = 'a', c3 = 3"),
+        *SEED42024,
         "SELECT d1.c0 AS c0, d1.c1 AS c1 FROM (SELECT a2.k0 AS c0, 3 AS c1 FROM t4 AS a2 "
         "GROUP BY a2.k0 EXCEPT SELECT a4.c0 AS c0, a3.c3 AS c1 FROM t3 AS a3 "
         "JOIN t1 AS a4 ON a3.k0 = a4.c0) AS d1"),

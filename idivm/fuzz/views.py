@@ -1,9 +1,9 @@
 """Random view SQL over what the README lists as supported: inner, θ-, self- and outer joins,
 WHERE with AND/OR/NOT, comparisons, IS NULL, BETWEEN, IN-lists, CASE, COALESCE, GROUP BY/HAVING
 with SUM/COUNT/AVG/MIN/MAX, DISTINCT, EXISTS/IN/NOT EXISTS/NOT IN and scalar subqueries,
-derived tables, WITH, UNION [ALL]/EXCEPT/INTERSECT — nested to a bounded depth; on PostgreSQL
-(profile ``pg``) also GROUP BY expressions, an aggregate over DISTINCT values, ``op ANY/ALL``,
-``LIKE``, ``EXTRACT`` and ``SUBSTRING``.
+derived tables, WITH, UNION [ALL]/EXCEPT/INTERSECT — nested to a bounded depth; for PostgreSQL and
+Spark (not fresh views) also GROUP BY expressions, an aggregate over DISTINCT values,
+``op ANY/ALL``, ``LIKE``, ``EXTRACT`` and ``SUBSTRING``.
 
 Every column reference is qualified, every output column is named (``c0``, ``c1``, … unique),
 and types are tracked so comparisons, aggregates and set operations are valid.
@@ -72,8 +72,8 @@ def _fresh(ctx: _Ctx) -> bool:
 
 
 def _full(ctx: _Ctx) -> bool:
-    """Every construct the README lists (PostgreSQL's profile)."""
-    return ctx.schema.config.profile == "pg"
+    """Every construct the README lists (PostgreSQL's and Spark's profiles)."""
+    return ctx.schema.config.profile in ("pg", "spark")
 
 
 def _query(ctx: _Ctx, depth: int, sig: list[str] | None, top: bool = False

@@ -341,15 +341,18 @@ def _implied(where: str) -> str:
     return out.query.sql("postgres")
 
 
-def test_a_semijoin_through_a_key_is_also_put_on_the_idiff() -> None:
+def test_a_semijoin_through_a_key_is_moved_onto_the_idiff() -> None:
     """``EXISTS(SELECT 1 FROM T a WHERE EXISTS(SELECT 1 FROM C b WHERE a.c = b.k) AND i.x =
-    a.c)`` implies ``EXISTS(SELECT 1 FROM C b WHERE i.x = b.k)``: added beside it, so the
-    planner can test the i-diff's rows against the cache before probing T; nothing added
-    where the shape differs (a column of T without an outer equal, an unqualified column, a
-    NOT EXISTS)."""
+    a.c)`` is ``EXISTS(SELECT 1 FROM T a WHERE i.x = a.c) AND EXISTS(SELECT 1 FROM C b WHERE
+    i.x = b.k)``: the inner semijoin moved out, so the planner can test the i-diff's rows
+    against the cache before probing T, and does not count the cache's selectivity twice (as
+    it did with the semijoin repeated beside the EXISTS); nothing moved where the shape
+    differs (a column of T without an outer equal, an unqualified column, a NOT EXISTS)."""
     got = _implied("EXISTS(SELECT 1 FROM ps AS q1 WHERE EXISTS(SELECT 1 FROM c22 AS q2 WHERE "
-                   "q1.pk = q2.m) AND (i.pk = q1.pk AND i.sk = q1.sk))")
-    assert got.endswith("AND EXISTS(SELECT 1 FROM c22 AS q2 WHERE i.pk = q2.m)"), got
+                   "q1.pk = q2.m) AND (i.pk = q1.pk AND i.sk = q1.sk)) AND i.v > 0")
+    assert got == ("SELECT i.k FROM d1 AS i WHERE (EXISTS(SELECT 1 FROM ps AS q1 WHERE i.pk = "
+                   "q1.pk AND i.sk = q1.sk) AND EXISTS(SELECT 1 FROM c22 AS q2 WHERE i.pk = "
+                   "q2.m)) AND i.v > 0"), got
     for unchanged in (
             "EXISTS(SELECT 1 FROM ps AS q1 WHERE EXISTS(SELECT 1 FROM c22 AS q2 WHERE "
             "q1.sk = q2.m) AND i.pk = q1.pk)",  # q1.sk has no outer equal
@@ -386,8 +389,32 @@ def test_tpch_q20_probes_its_part_cache_before_partsupp(pg_dsn: str, tmp_path: A
                 "WHERE n.nspname = %s AND p.proname LIKE 'maintain\\_\\_%%'",
                 (f"{schema}__idivm",)).fetchall())
         assert '"l_partkey" = "q2"."part__p_partkey__m")' in src
+        # moved, not repeated: no statement tests a partsupp row's part against the cache too
+        assert '"ps_partkey" = "q2"."part__p_partkey__m")' not in src
     finally:
         tpch_bench.drop_schema(pg_dsn, schema)
+
+
+def test_a_repeated_condition_is_kept_once() -> None:
+    """A WHERE's conjuncts each once (``distinct_conjuncts``), at every level: the rules'
+    composition repeated an i-diff's semijoin, and PostgreSQL squared its selectivity."""
+    from sqlglot import parse_one
+
+    from idivm.postgres.compile import distinct_conjuncts
+    from idivm.script import Compute
+
+    semi = "EXISTS(SELECT 1 FROM d45 AS z WHERE r.k = z.k)"
+    inner = "SELECT 1 FROM t AS u WHERE u.a = r.a AND u.b > 1 AND u.a = r.a"
+    s = Compute("t9", parse_one(f"SELECT r.k FROM l AS r WHERE ({semi} AND r.d > 0) AND "
+                                f"EXISTS({inner}) AND {semi}", read="postgres"), "", "idiff")
+    [out] = distinct_conjuncts([s])
+    assert isinstance(out, Compute)
+    assert out.query.sql("postgres") == (
+        f"SELECT r.k FROM l AS r WHERE ({semi} AND r.d > 0) AND EXISTS(SELECT 1 FROM t AS u "
+        "WHERE u.a = r.a AND u.b > 1)")
+    kept = Compute("t9", parse_one(f"SELECT r.k FROM l AS r WHERE {semi} OR {semi}",
+                                   read="postgres"), "", "idiff")
+    assert distinct_conjuncts([kept]) == [kept]  # (a disjunction is not a list of conjuncts)
 
 
 def _null_tested(cond: str) -> str:

@@ -140,25 +140,56 @@ def reaching(node: A.Node) -> list[A.Select]:
     return out
 
 
-def read_by_key(join: A.Node, sibling: A.Node, child: A.Node,
-                key_of: Callable[[A.Select], tuple[str, ...] | None]
-                ) -> list[tuple[A.Select, tuple[str, ...]]]:
-    """The σ over a scan reaching ``join``'s input ``sibling`` (``reaching``) whose every key
-    column (``key_of``: None, not keyed) the join's condition equates with a column of its
-    other input ``child`` (a conjunct ``k = c``), with those columns of ``child`` in key order:
-    a row of ``child`` whose values there are no key of σ joins no row of ``sibling``."""
-    mine, theirs = set(child.columns), set(sibling.columns)
+def _pairs(join: A.Node, theirs: Iterable[str], mine: Iterable[str]) -> dict[str, str]:
+    """The columns of ``theirs`` that ``join``'s condition equates with a column of ``mine``
+    (a conjunct ``a = b``), each with the first such column."""
+    ours, other = set(mine), set(theirs)
     pairs: dict[str, str] = {}
     for a, b in A.equalities(getattr(join, "predicate", None)):
-        if a in theirs and b in mine:
+        if a in other and b in ours:
             pairs.setdefault(a, b)
-        elif b in theirs and a in mine:
+        elif b in other and a in ours:
             pairs.setdefault(b, a)
-    out = []
-    for sel in reaching(sibling):
+    return pairs
+
+
+def carried(node: A.Node) -> list[tuple[A.Select, dict[str, str]]]:
+    """``reaching``, and the σ over a scan whose key values a semijoin carries into its left
+    input's columns: each with its columns → the column of ``node`` holding the same value in
+    every row (its own, where ``reaching`` finds it). A semijoin keeps a left row only if its
+    condition equates some of its columns with a right row's — a right row that holds, where
+    the right input carries a σ's column, a value of that σ's rows in the same state: TPC-H
+    Q20's magic set of line items ``⋉ (partsupp ⋉ σ_forest(part))`` on ``l_partkey =
+    ps_partkey = p_partkey``, the keys of the parts it can see."""
+    out = [(s, {c: c for c in s.columns}) for s in reaching(node)]
+    if isinstance(node, A.SemiJoin):
+        pairs = _pairs(node, node.right.columns, node.left.columns)
+        for s, cols in carried(node.right):
+            moved = {c: pairs[v] for c, v in cols.items() if v in pairs}
+            if moved:
+                out.append((s, moved))
+    return out
+
+
+def read_by_key(join: A.Node, sibling: A.Node, child: A.Node,
+                key_of: Callable[[A.Select], tuple[str, ...] | None],
+                through: Callable[[A.Node], list[tuple[A.Select, dict[str, str]]]] | None = None
+                ) -> list[tuple[A.Select, tuple[str, ...]]]:
+    """The σ over a scan reaching ``join``'s input ``sibling`` (``reaching``, or ``through``:
+    ``carried``) whose every key column (``key_of``: None, not keyed) the join's condition
+    equates with a column of its other input ``child`` (a conjunct ``k = c``), with those
+    columns of ``child`` in key order: a row of ``child`` whose values there are no key of σ
+    joins no row of ``sibling``."""
+    pairs = _pairs(join, sibling.columns, child.columns)
+    reached = through(sibling) if through is not None else [
+        (s, {c: c for c in s.columns}) for s in reaching(sibling)]
+    out: list[tuple[A.Select, tuple[str, ...]]] = []
+    for sel, cols in reached:
         key = key_of(sel)
-        if key and all(k in pairs for k in key):
-            out.append((sel, tuple(pairs[k] for k in key)))
+        if key and all(cols.get(k) in pairs for k in key):
+            found = (sel, tuple(pairs[cols[k]] for k in key))
+            if not any(sel is t and found[1] == c for t, c in out):
+                out.append(found)
     return out
 
 
@@ -171,11 +202,16 @@ def _keyed(join: A.Node, sibling: A.Node, child: A.Node,
     joined on ``l_orderkey`` with customers ⋈ σ_1994(orders))."""
     if not keyed:
         return ()
+    # (and a stored σ a semijoin carries: the sibling itself, or below it through semijoins'
+    # right inputs — no inner join, which a stored σ reaches a join's input by only as it)
+    plain = {id(s) for s in reaching(sibling)}
+    moved = {id(s) for s, _ in carried(sibling) if id(s) not in plain}
     return tuple(KeysOf(this=exp.Literal.number(sel.nid),
                         expressions=[exp.column(c, quoted=True) for c in cols])
                  for sel, cols in read_by_key(
                      join, sibling, child,
-                     lambda n: keyed.get(n.nid) if n is sibling or n.nid in reach else None))
+                     lambda n: keyed.get(n.nid) if n is sibling or n.nid in reach
+                     or id(n) in moved else None, carried))
 
 
 def _scans(node: A.Node, conds: tuple[exp.Expr, ...], cached: frozenset[int], root: A.Node,

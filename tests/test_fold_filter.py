@@ -296,10 +296,9 @@ def _fill_q20(conn: psycopg.Connection[Any]) -> None:
     # one part in 20 named f…: the σ keeps 5% (stored, past the statistics' floor)
     conn.execute(f"INSERT INTO part SELECT i, CASE WHEN i % 20 = 0 THEN 'f' ELSE 'g' END || i "
                  f"FROM generate_series(1, {N_PART}) i")
-    conn.execute(f"INSERT INTO ps SELECT 1 + i % {N_PART}, i % 3, i % 50 "
-                 f"FROM generate_series(1, {3 * N_PART}) i ON CONFLICT DO NOTHING")
-    conn.execute(f"INSERT INTO li SELECT i / 4, i % 4, 1 + (i * 7) % {N_PART}, (i * 7) % 3, "
-                 f"1 + i % 9, (i / 20) % 20 FROM generate_series(4, 40000) i")
+    conn.execute(f"INSERT INTO ps SELECT i, i % 3, i % 50 FROM generate_series(1, {N_PART}) i")
+    conn.execute(f"INSERT INTO li SELECT i / 4, i % 4, 1 + (i * 7) % {N_PART}, ((i * 7) % "
+                 f"{N_PART} + 1) % 3, 1 + i % 9, (i / 20) % 20 FROM generate_series(4, 12000) i")
     conn.execute("ANALYZE part; ANALYZE ps; ANALYZE li")
 
 
@@ -311,6 +310,7 @@ def test_pg_q20_shape_differential(pg_db: Any) -> None:
     outside the σ (before and after) folds to no change."""
     m, conn, _ = pg_db
     _fill_q20(conn)
+    assert sum(_rows(conn, Q20_SHAPE).values()) > 50  # (the σ's parts with line items)
     made = {st: m.create_view(f"v_{st}", Q20_SHAPE, strategy=st) for st in ("id", "auto")}
     assert any(s for s in made["id"].selective), made["id"].selective
     rng = random.Random(20)
@@ -339,11 +339,11 @@ def test_pg_q20_shape_differential(pg_db: Any) -> None:
     for st in made:
         m.maintain(f"v_{st}")
         assert _rows(conn, f"SELECT * FROM v_{st}") == _rows(conn, Q20_SHAPE), st
-    for r in range(8):
+    for r in range(5):
         with conn.transaction():
             for _ in range(rng.randrange(10, 50)):
                 op, pk = rng.random(), rng.randrange(1, N_PART + 1)
-                ok, ln = rng.randrange(1, 10_000), rng.randrange(4)
+                ok, ln = rng.randrange(1, 3_000), rng.randrange(4)
                 if op < 0.3:
                     conn.execute("INSERT INTO li VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT "
                                  "(ok, ln) DO UPDATE SET qty = EXCLUDED.qty",
@@ -365,7 +365,7 @@ def test_pg_q20_shape_differential(pg_db: Any) -> None:
                     conn.execute("DELETE FROM ps WHERE pk = %s AND sk = %s",
                                  (pk - pk % 20 or 20, rng.randrange(3)))
         for st in made:
-            m.maintain(f"v_{st}", strategy="recompute" if st == "auto" and r == 3 else None)
+            m.maintain(f"v_{st}", strategy="recompute" if st == "auto" and r == 2 else None)
         want = _rows(conn, Q20_SHAPE)
         for st in made:
             assert _rows(conn, f"SELECT * FROM v_{st}") == want, (st, r)

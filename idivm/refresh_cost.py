@@ -18,6 +18,7 @@ PostgreSQL derives it from the view's rows of the companion's ``refresh_history`
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -149,19 +150,42 @@ def maintain_model(samples: Sequence[tuple[int, float] | tuple[int, float, str]]
     engine are Spark's): the floor is the fastest run's time less its changes at the
     per-change rate; the rate is the steepest (seconds - floor) / changes among runs large
     enough to show it (≥ 1,000 changes, and ≥ a quarter of ``changes``), else the default."""
-    default_fixed, default_per = engine_defaults(engine)
-    own = [(x[0], x[1]) for x in samples
-           if (x[2] if len(x) > 2 else "spark") == engine]
+    own = _own(samples, engine)
+    return _model(own, _rates(own, engine)[_large_from(own, changes)], engine)
+
+
+def _own(samples: Sequence[tuple[int, float] | tuple[int, float, str]], engine: str
+         ) -> list[tuple[int, float]]:
+    """``engine``'s samples as (changes, seconds), by changes."""
+    return sorted((x[0], x[1]) for x in samples
+                  if (x[2] if len(x) > 2 else "spark") == engine)
+
+
+def _large_from(own: Sequence[tuple[int, float]], changes: int) -> int:
+    """The first of ``own`` (by changes) large enough to show the rate at ``changes``."""
+    return bisect.bisect_left(own, (max(1000, changes // 4),))
+
+
+def _rates(own: Sequence[tuple[int, float]], engine: str) -> list[float]:
+    """``maintain_model``'s per-change rate over ``own`` (by changes) whose samples from k on
+    are the large ones, for each k from 0 to ``len(own)`` (none large: the default rate)."""
+    default_per = engine_defaults(engine)[1]
     if not own:
-        return default_fixed, default_per
-    big = [(n, s) for n, s in own if n >= max(1000, changes // 4)]
+        return [default_per]
     fixed0 = min(s for _, s in own)
-    per = default_per
-    if big:
-        per = max(max(0.0, s - fixed0) / n for n, s in big)
+    out = [default_per]
+    for n, s in reversed(own):  # the steepest from k on, k descending
+        r = max(0.0, s - fixed0) / n
+        out.append(r if len(out) == 1 or r > out[-1] else out[-1])
+    return out[::-1]
+
+
+def _model(own: Sequence[tuple[int, float]], per: float, engine: str) -> tuple[float, float]:
+    """``maintain_model`` over ``own`` at the rate ``per``: the floor that goes with it."""
+    if not own:
+        return engine_defaults(engine)[0], per
     small = [(n, s) for n, s in own if n < 1000] or own
-    fixed = max(0.0, min(s - per * n for n, s in small))
-    return fixed, per
+    return max(0.0, min(s - per * n for n, s in small)), per
 
 
 def choose_engine(changes: int, history: History, threshold: int, ceiling: int
@@ -254,15 +278,17 @@ def rebuild_estimate(history: History, recompute: float) -> float:
 
 
 def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
-           history: History, engine: str = "spark", warm_session: bool = False) -> Decision:
+           history: History, engine: str = "spark", warm_session: bool = False, *,
+           model: tuple[float, float] | None = None) -> Decision:
     """The refresh to run for ``changes`` change-feed rows over tables of ``base_rows`` rows,
     a maintenance running on ``engine``; ``warm_session``: in a session that has already run
-    the view's code (its statements planned)."""
+    the view's code (its statements planned); ``model``: ``maintain_model``'s at ``changes``,
+    when the caller has it."""
     if strategy in ("id", "tuple"):
         return Decision("id", f"strategy={strategy!r} forces maintenance")
     if strategy == "recompute":
         return Decision("recompute", "strategy='recompute' forces recomputation")
-    v = _verdict(changes, base_rows, history, engine, warm_session)
+    v = _verdict(changes, base_rows, history, engine, warm_session, model)
     if v.recompute is None:
         return Decision("id", "no recomputation measured yet: maintain", v.maintain, None)
     how = (f"maintain ≈ {_secs(v.maintain)} on {engine} ({_secs(v.fixed)} + {changes:,} "
@@ -325,16 +351,27 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     def verdict(n: int, model: tuple[float, float]) -> _Verdict:
         return _verdict(n, base_rows, history, engine, warm_session, model)
 
+    own = _own(history.maintain, engine)
+    rates = _rates(own, engine)  # k → maintain_model's rate, the samples from k on large
+    fits: dict[int, tuple[float, float]] = {}
+
+    def fit(n: int) -> tuple[float, float]:  # maintain_model's at n
+        k = _large_from(own, n)
+        got = fits.get(k)
+        if got is None:
+            got = fits[k] = _model(own, rates[k], engine)
+        return got
+
     points = sorted({1, LARGEST_BATCH, *_breaks(history, engine)})
     first: int | None = None
     for lo, hi in zip(points, points[1:], strict=False):
-        model = maintain_model(history.maintain, lo, engine)  # (the interval's)
+        model = fit(lo)  # (the interval's)
+        if verdict(hi - 1, model).choice == "id":
+            continue  # (maintained at its end: at every size of it, as it turns only once)
         at_lo = verdict(lo, model)
         if at_lo.choice == "recompute":
             first = lo
             break
-        if verdict(hi - 1, model).choice == "id":
-            continue
         a, b = lo, hi - 1  # maintained at a, recomputed at b
         for g in _turns(at_lo, history, engine):  # (where it may turn: narrows, or not)
             if a < g < b:
@@ -344,14 +381,14 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
             a, b = (mid, b) if verdict(mid, model).choice == "id" else (a, mid)
         first = b
         break
+
+    def reason(n: int) -> str:
+        return decide("auto", n, base_rows, history, engine, warm_session,
+                      model=fit(n)).reason
+
     if first is None:
-        last = decide("auto", LARGEST_BATCH - 1, base_rows, history, engine, warm_session)
-        return Threshold(None, last.reason, "")
-    kept = decide("auto", first - 1, base_rows, history, engine,
-                  warm_session).reason if first > 1 else ""
-    return Threshold(first - 1, kept,
-                     decide("auto", first, base_rows, history, engine,
-                            warm_session).reason)
+        return Threshold(None, reason(LARGEST_BATCH - 1), "")
+    return Threshold(first - 1, reason(first - 1) if first > 1 else "", reason(first))
 
 
 def _breaks(history: History, engine: str) -> list[int]:

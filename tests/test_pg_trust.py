@@ -513,6 +513,93 @@ def test_primary_key_dropped_behind_the_guard_is_detected(env: Env) -> None:
         m.maintain("v")
 
 
+def catalog_checks(m: PostgresMaintainer) -> dict[str, str]:
+    """The catalog checks the maintainer's session keeps (``ddl_epoch``): setting → value
+    (the settings its views' compiled functions name; placeholders are not in pg_settings)."""
+    names = {n for (src,) in m.conn.execute(
+        "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "
+        "WHERE s.nspname = %s", (m.companion,)).fetchall()
+        for n in re.findall(r"idivm\.checked_\w+", str(src))}
+    out = {n: m.conn.execute("SELECT current_setting(%s, true)", (n,)).fetchone()
+           for n in sorted(names)}
+    return {n: str(v[0]) for n, v in out.items() if v and v[0]}
+
+
+def test_the_catalogs_are_checked_again_only_after_ddl(env: Env) -> None:
+    """A maintain checks its tables' catalogs, and its session's next maintains check them
+    again only once some DDL has committed: not after a temporary table's creation (a
+    session's scratch relations, CREATE TEMP TABLE … AS), after any other DDL."""
+    w, m = paper_view(env)
+    batch(w, 1)
+    maintain_all(env, m)
+    kept = catalog_checks(m)
+    assert len(kept) == 2 and all(kept.values())
+    batch(w, 2)
+    w.execute("CREATE TEMP TABLE scratch AS SELECT 1 AS x; CREATE INDEX ON scratch (x); "
+              "DROP TABLE scratch")
+    maintain_all(env, m)
+    assert catalog_checks(m) == kept
+    batch(w, 3)
+    w.execute("CREATE INDEX ON devices (category)")
+    maintain_all(env, m)
+    again = catalog_checks(m)
+    assert again.keys() == kept.keys() and all(again[k] != kept[k] for k in kept)
+
+
+@pytest.mark.parametrize("ddl, error", [
+    # behind the guard (its event triggers do not fire in replica mode)
+    ("SET session_replication_role = replica; "
+     "ALTER TABLE parts DROP CONSTRAINT parts_pkey CASCADE; "
+     "SET session_replication_role = origin; INSERT INTO parts VALUES ('P1', 555)",
+     "lost its primary key"),
+    ("SET session_replication_role = replica; "
+     "ALTER TABLE parts DISABLE TRIGGER idivm_log_update; "
+     "SET session_replication_role = origin", "change logging was disabled"),
+    # a temporary child: its rows are the parent's, its writes fire none of its triggers
+    ("CREATE TEMP TABLE kid () INHERITS (parts)", "altered, dropped or re-created"),
+    # the DDL log's trigger off while the key goes, then on again
+    ("ALTER EVENT TRIGGER idivm_ddl_epoch DISABLE; "
+     "SET session_replication_role = replica; "
+     "ALTER TABLE parts DROP CONSTRAINT parts_pkey CASCADE; "
+     "SET session_replication_role = origin; "
+     "ALTER EVENT TRIGGER idivm_ddl_epoch ENABLE ALWAYS; INSERT INTO parts VALUES ('P1', 555)",
+     "lost its primary key"),
+])
+def test_ddl_after_a_kept_catalog_check_is_detected(env: Env, ddl: str, error: str) -> None:
+    """A session that has checked its tables' catalogs sees the DDL committed since, however
+    it was made: the maintain refuses, naming what changed."""
+    w, m = paper_view(env)
+    batch(w, 1)
+    maintain_all(env, m)
+    assert catalog_checks(m)
+    try:
+        for stmt in ddl.split("; "):
+            w.execute(stmt)
+        w.execute("UPDATE parts SET price = price + 1 WHERE pid = 'P2'")
+        with pytest.raises(MaintenanceError, match=error):
+            m.maintain("agg")
+    finally:
+        w.execute("ALTER EVENT TRIGGER idivm_ddl_epoch ENABLE ALWAYS")
+
+
+def test_ddl_committed_after_a_check_that_ran_beside_it_is_detected(env: Env) -> None:
+    """A DDL transaction still open while a maintain checks the catalogs (its change not in
+    the maintain's snapshot, its DDL log row not visible to it) is seen by the next maintain
+    once it commits."""
+    w, m = paper_view(env)
+    batch(w, 1)
+    ddl = env.conn()
+    with ddl.transaction():
+        ddl.execute("SET LOCAL session_replication_role = replica")
+        ddl.execute("ALTER TABLE parts DISABLE TRIGGER idivm_log_update")  # (no writer lock)
+        maintain_all(env, m)  # checks under a snapshot without the DDL
+        kept = catalog_checks(m)
+        assert kept
+    w.execute("UPDATE parts SET price = price + 1 WHERE pid = 'P2'")  # not logged now
+    with pytest.raises(MaintenanceError, match="change logging was disabled"):
+        m.maintain("agg")
+
+
 @pytest.mark.parametrize("strategy", ["id", "tuple"])
 def test_a_not_null_column_the_view_relies_on_made_nullable_is_detected(
         env: Env, strategy: str) -> None:

@@ -18,6 +18,7 @@ from idivm.refresh_cost import (
     History,
     choose_engine,
     decide,
+    engine_defaults,
     maintain_model,
     planned,
     threshold,
@@ -286,3 +287,31 @@ def test_threshold_is_kept_for_the_arguments_last_seen() -> None:
     assert threshold(1000, h2, "postgres", True) is not t
     assert threshold(1000, h2, "postgres", True) == threshold.__wrapped__(1000, h2, "postgres",
                                                                           True)
+
+
+def _model_by_definition(samples: list[tuple[int, float, str]], changes: int,
+                         engine: str) -> tuple[float, float]:
+    """``maintain_model`` as its docstring states it, sample by sample."""
+    default_fixed, default_per = engine_defaults(engine)
+    own = [(n, s) for n, s, e in samples if e == engine]
+    if not own:
+        return default_fixed, default_per
+    fixed0 = min(s for _, s in own)
+    big = [(n, s) for n, s in own if n >= max(1000, changes // 4)]
+    per = max(max(0.0, s - fixed0) / n for n, s in big) if big else default_per
+    small = [(n, s) for n, s in own if n < 1000] or own
+    return max(0.0, min(s - per * n for n, s in small)), per
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=st.lists(st.tuples(st.sampled_from([1, 10, 300, 999, 1000, 1001, 4000, 20000]),
+                               st.floats(0.0, 3.0), st.sampled_from(["postgres", "spark"])),
+                     max_size=9),
+       changes=st.sampled_from([0, 1, 3999, 4000, 4004, 16000, 80000, 10**7]),
+       engine=st.sampled_from(["postgres", "spark"]))
+def test_maintain_model_is_its_definition(runs: list[tuple[int, float, str]], changes: int,
+                                          engine: str) -> None:
+    """The model the threshold evaluates at every interval (the per-change rates of all
+    sizes in one pass over the samples by size) is the one its definition states."""
+    assert maintain_model(runs, changes, engine) == pytest.approx(
+        _model_by_definition(runs, changes, engine))

@@ -54,6 +54,7 @@ from idivm.planner.model import change_table, fit, post_name, pre_name
 from idivm.planner.prune import prune_empty
 from idivm.planner.ruleapi import and_all, exists, match
 from idivm.planner.selective import filter_candidates
+from idivm.postgres import ddl_epoch
 from idivm.postgres.changelog import (
     HAS_POST,
     HAS_PRE,
@@ -81,7 +82,7 @@ from idivm.postgres.changelog import (
 from idivm.render import deep_trees
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 41  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 42  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -1462,6 +1463,12 @@ def _row_text(alias: str, columns: Sequence[str]) -> str:
     return f"ROW({', '.join(f'{q(alias)}.{q(c)}' for c in columns)})::text"
 
 
+def checked_setting(tag: str) -> str:
+    """The session setting in which the code tagged ``tag`` keeps its last catalog check
+    (``ddl_epoch.checked``)."""
+    return f"idivm.checked_{tag}"
+
+
 def warm_setting(tag: str) -> str:
     """The session setting a view's code sets after its first run in the session."""
     return f"idivm.warm_{tag}"
@@ -1838,6 +1845,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
             "idivm__ts timestamptz;", "idivm__n bigint;", "idivm__kept bigint;",
             "idivm__bad text;",
             "idivm__altered boolean;", "idivm__lost text;", "idivm__k bigint[];",
+            "idivm__guard text;", "idivm__checked text;", "idivm__recheck boolean;",
             "idivm__sql text;", "idivm__pname text;",
             "idivm__nestloop text := current_setting('enable_nestloop');",
             "idivm__mergejoin text := current_setting('enable_mergejoin');",
@@ -1870,8 +1878,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         f"    USING ERRCODE = '{NOT_REPEATABLE_READ}';\nEND IF;")
     body.append(_decision_block(name, refresh, plan.strategy))
     # the base tables must still be what the view was planned over
-    if base:
-        body.append(_catalog_check(name, schema, base, tables, fingerprints, sources or {}))
+    if base:  # (after a check, again only once DDL has committed: ``ddl_epoch``)
+        body.append(ddl_epoch.checked(
+            checked_setting(tag), "idivm__guard", "idivm__checked", "idivm__recheck",
+            _catalog_check(name, schema, base, tables, fingerprints, sources or {})))
     if base:  # (a view over no table — SELECT 1 WHERE … — never changes)
         body.append(f"SELECT watermark INTO {PREV} FROM {q(companion)}.log_users "
                     f"WHERE view = {lit(name)} AND tbl = {lit(base[0])};")
@@ -2549,11 +2559,12 @@ END IF;""")
   runs jsonb;
 BEGIN
 {indent(stale, 2)}
+{indent(chr(10).join(branches), 2)}
+  -- (a view with code has a branch above: its registry row is made and dropped with it)
   IF NOT EXISTS (SELECT FROM {comp}.views v WHERE v.name = view) THEN
     RAISE EXCEPTION 'idivm: no view % in schema %', view, {lit(schema)}
       USING ERRCODE = '{NO_VIEW}';
   END IF;
-{indent(chr(10).join(branches), 2)}
   RAISE EXCEPTION 'idivm: view % of schema % has no compiled code (create it again)', view,
     {lit(schema)} USING ERRCODE = '{STALE_CODE}';
 END"""

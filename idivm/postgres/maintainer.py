@@ -33,7 +33,7 @@ from idivm.frontend import relations_read
 from idivm.plan import Plan, plan
 from idivm.planner.model import MAX_IDENT, fit
 from idivm.planner.selective import Recorded
-from idivm.postgres import changelog
+from idivm.postgres import changelog, ddl_epoch
 from idivm.postgres import compile as compile_
 from idivm.postgres.statistics import PgStatistics
 from idivm.refresh_cost import (
@@ -498,6 +498,7 @@ class PostgresMaintainer:
                                       read.table(t).column_names, source, seen.get(t))
             if changelog.install_guard(self.conn):
                 self._install_rewrite_guard()
+                ddl_epoch.install(self.conn)
         except psycopg.Error as e:
             if self.conn.closed or self.conn.broken:
                 raise self._lost(name, e) from e

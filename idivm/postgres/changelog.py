@@ -735,11 +735,24 @@ def prune_due(schema: str, table_name: str, consumed: str, rows: str, xids: str)
     reach; no bound recorded yet counts as due). The log rows a run leaves are read by no
     later fold (each reads the rows its own watermark has not seen, from the ``__xid`` index
     upwards) and go with the next prune."""
+    return _prune_due(schema, lit(table_name), consumed, rows, xids)
+
+
+def prune_due_any(schema: str, consumed: Mapping[str, str], rows: str, xids: str) -> str:
+    """Whether the prune of any of the tables of ``consumed`` (table → the log rows a run
+    consumed of it, a SQL bigint) is due (``prune_due``), as one SQL expression."""
+    pairs = ", ".join(f"({lit(t)}, {n})" for t, n in consumed.items())
+    return (f"EXISTS (SELECT FROM (VALUES {pairs}) AS c(tbl, n) WHERE c.n > 0 AND "
+            f"{_prune_due(schema, 'c.tbl', 'c.n', rows, xids)})")
+
+
+def _prune_due(schema: str, table: str, consumed: str, rows: str, xids: str) -> str:
+    """``prune_due`` of the table named by the SQL text expression ``table``."""
     comp = companion_schema(schema)
     bound = (f"(SELECT min(pg_snapshot_xmin(u.watermark))::text::numeric FROM "
-             f"{_registry_ref(schema)} u WHERE u.tbl = {lit(table_name)})")
+             f"{_registry_ref(schema)} u WHERE u.tbl = {table})")
     last = (f"(SELECT p.pruned::text::numeric FROM {_qualified(comp, _PRUNED)} p "
-            f"WHERE p.tbl = {lit(table_name)})")
+            f"WHERE p.tbl = {table})")
     return f"({consumed} >= {rows} OR coalesce({bound} - {last}, {xids}) >= {xids})"
 
 

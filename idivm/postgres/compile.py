@@ -75,6 +75,7 @@ from idivm.postgres.changelog import (
     log_ref,
     pending_predicate,
     prune_due,
+    prune_due_any,
     prune_statement,
     prune_threshold,
     q,
@@ -82,7 +83,7 @@ from idivm.postgres.changelog import (
 from idivm.render import deep_trees
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 42  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 43  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -1761,12 +1762,13 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                  tables: Mapping[str, Table], fingerprints: Mapping[str, str],
                  column_types: Mapping[str, Mapping[str, str]],
                  sources: Mapping[str, tuple[str, str]] | None = None,
-                 refresh: str | None = None) -> Compiled:
+                 refresh: str | None = None, ddl_logged: bool = False) -> Compiled:
     """The view's maintenance and prune functions. ``tables``: each base table as the view
     reads it (key and read columns); ``fingerprints``: what ``table_fingerprint`` returned for
     each at creation (of its ``sources`` relation, if it has one: the stored table of a view
     read as a table); ``column_types``: server type names of those columns; ``refresh``: the
-    view's refresh strategy (``auto`` too; default the plan's).
+    view's refresh strategy (``auto`` too; default the plan's); ``ddl_logged``: the database
+    logs its DDL (``ddl_epoch``), so a session checks the fingerprints again only after some.
 
     The maintenance function takes the refresh's decision (``{"choice": "id" | "recompute",
     "reason": …}``, or just the choice as a jsonb string; NULL: the Δ-script, or the
@@ -1868,7 +1870,8 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     recomputes = plan.strategy != "recompute" and bool(base)  # a second, recomputing branch
     run_label = plan.strategy  # what the Δ-script is: id, tuple or recompute
     cached = recomputes and len(plan.materialized) > 1  # caches below the view
-    decl += ["idivm__rebuilt boolean := false;", "idivm__stale boolean := false;"]
+    decl += ["idivm__rebuilt boolean := false;", "idivm__stale boolean := false;",
+             "idivm__prune boolean := false;"]
 
     body: list[str] = []
     body.append(
@@ -1878,10 +1881,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
         f"    USING ERRCODE = '{NOT_REPEATABLE_READ}';\nEND IF;")
     body.append(_decision_block(name, refresh, plan.strategy))
     # the base tables must still be what the view was planned over
-    if base:  # (after a check, again only once DDL has committed: ``ddl_epoch``)
-        body.append(ddl_epoch.checked(
-            checked_setting(tag), "idivm__guard", "idivm__checked", "idivm__recheck",
-            _catalog_check(name, schema, base, tables, fingerprints, sources or {})))
+    if base:  # (where DDL is logged, after a check only once DDL has committed: ddl_epoch)
+        check = _catalog_check(name, schema, base, tables, fingerprints, sources or {})
+        body.append(ddl_epoch.checked(checked_setting(tag), "idivm__guard", "idivm__checked",
+                                      "idivm__recheck", check) if ddl_logged else check)
     if base:  # (a view over no table — SELECT 1 WHERE … — never changes)
         body.append(f"SELECT watermark INTO {PREV} FROM {q(companion)}.log_users "
                     f"WHERE view = {lit(name)} AND tbl = {lit(base[0])};")
@@ -2126,10 +2129,16 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                f"THEN 'recompute' ELSE {lit(run_label)} END")
     # the watermark computed once (consumed() is a SQL function, planned at each call: per
     # row of an UPDATE calling it, one row per table the view reads)
+    # whether the procedure is to call the prune function after the commit (one of the logs
+    # this run consumed rows of is due: ``changelog.prune_due``, which the prune checks
+    # again): most runs are not, and skip its call and subtransaction (0.1–0.2 ms)
+    due = prune_due_any(schema, logged, prune_threshold(PRUNE_ROWS_SETTING, PRUNE_ROWS),
+                        prune_threshold(PRUNE_XIDS_SETTING, PRUNE_XIDS)) if logged else "false"
     body.append("IF idivm__folded THEN\n"
                 f"  idivm__watermark := {q(companion)}.consumed();\n"
                 f"  UPDATE {q(companion)}.log_users SET watermark = idivm__watermark "
                 f"WHERE view = {lit(name)};\n"
+                f"  idivm__prune := {due};\n"
                 f"  UPDATE {views} SET last_maintained = now(), runs = runs + 1"
                 + (", caches_stale = idivm__stale" if cached else "")
                 + f" WHERE name = {lit(name)} RETURNING runs INTO idivm__runs;\nEND IF;")
@@ -2144,6 +2153,7 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                 f" 'idiff_rows', {_records_jsonb('rows')}, "
                 f"'applied_rows', {_records_jsonb('applied')}, "
                 f"'statement_seconds', {_records_jsonb('secs')}, 'consumed', idivm__folded, "
+                "'prune', idivm__prune, "
                 "'log_rows', idivm__log, 'strategy', " + ran + ", "
                 "'decision', (CASE jsonb_typeof(idivm__decision) WHEN 'object' THEN "
                 "idivm__decision ELSE '{}' END) || jsonb_build_object('choice', idivm__choice, "
@@ -2479,7 +2489,7 @@ def _run_block(schema: str, companion: str, views: Mapping[str, Entry], order: S
     # each view's function gets its refresh decision from ``choices`` (view → decision)
     runs = "\n".join(f"runs := runs || jsonb_build_object({lit(v)}, "
                      f"{comp}.{q(views[v].function)}(choices -> {lit(v)}));" for v in order)
-    prunes = "\n".join(f"""IF (runs -> {lit(v)} ->> 'consumed')::boolean THEN
+    prunes = "\n".join(f"""IF (runs -> {lit(v)} ->> 'prune')::boolean THEN
   BEGIN
     PERFORM {comp}.{q(views[v].prune_function)}(runs -> {lit(v)} -> 'log_rows');
   EXCEPTION WHEN OTHERS OR query_canceled THEN

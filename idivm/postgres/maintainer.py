@@ -690,7 +690,8 @@ class PostgresMaintainer:
         types = {t: changelog.column_types(self.conn, self.schema, t) for t in p.tables}
         compiled = compile_.compile_view(p, self.schema, self.companion, tag,
                                          {t: read.table(t) for t in p.tables}, fingerprints,
-                                         types, self._sources(p), refresh)
+                                         types, self._sources(p), refresh,
+                                         ddl_logged=ddl_epoch.installed(self.conn))
         for stmt in compiled.source:
             self.conn.execute(stmt)
         return compiled

@@ -83,7 +83,7 @@ from idivm.postgres.changelog import (
 from idivm.render import deep_trees
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 43  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 44  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -1576,8 +1576,22 @@ class FoldFilter:
 
     hashed: exp.Expr
     probe: exp.Expr | None = None
-    arrays: tuple[tuple[str, str, exp.Select], ...] = ()
+    arrays: tuple[ChangedKeys, ...] = ()
     stored: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChangedKeys:
+    """The keys of S's pending log rows a probing fold filter reads, filled first by
+    ``query`` (one row: ``m``, ``c``) into two PL/pgSQL arrays of ``type``: ``meeting`` — of
+    the images that meet φ (the keys that are in σ_φ(S) before or after the batch among the
+    changed ones) — and ``changed``, every one, which the probe leaves out (their log rows
+    decide: a line item of an order inserted or deleted in the batch is not looked up)."""
+
+    meeting: str
+    changed: str
+    type: str
+    query: exp.Select
 
 
 def _clustered(filtering: Collection[int], key: Sequence[str]
@@ -1671,13 +1685,27 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
         return exp.In(this=cols[0] if len(cols) == 1 else exp.Tuple(expressions=cols),
                       query=exp.Subquery(this=exp.union(held, changed, distinct=False)))
 
-    def array(node: KeysOf) -> tuple[str, str, exp.Select]:
-        """The PL/pgSQL array of S's changed keys the probing form reads: name, type, query."""
+    def array(node: KeysOf) -> ChangedKeys:
+        """The PL/pgSQL arrays of S's changed keys the probing form reads."""
         assert key_types is not None
         _, changed, scan = parts(node)
         key = keys[node.nid][0]
-        return (f"idivm__ks{node.nid}", f"{key_types[scan.table][scan.base_of(key)]}[]",
-                changed)
+        typ = f"{key_types[scan.table][scan.base_of(key)]}[]"
+        # (``changed`` is the keys' SELECT over the pending rows AND φ: its parts, as
+        # aggregates of one pass over the pending rows)
+        where = changed.args["where"].this
+        pending, phi_g = where.left, where.right
+        col = changed.expressions[0]
+
+        def agg(e: exp.Expr) -> exp.Expr:
+            return exp.Coalesce(this=e, expressions=[exp.cast(exp.Literal.string("{}"), typ)])
+
+        query = exp.select(
+            exp.alias_(agg(exp.Filter(this=exp.ArrayAgg(this=col.copy()),
+                                      expression=exp.Where(this=phi_g.copy()))), "m"),
+            exp.alias_(agg(exp.ArrayAgg(this=exp.Distinct(expressions=[col.copy()]))), "c")
+        ).from_(changed.args["from_"].this.copy()).where(pending.copy())
+        return ChangedKeys(f"idivm__ks{node.nid}", f"idivm__kc{node.nid}", typ, query)
 
     def probe(t: str) -> Callable[[exp.Expr], exp.Expr]:
         """The probing form of ``t``'s fold filter: the distinct values of the column among
@@ -1697,19 +1725,26 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
             log.set("alias", exp.TableAlias(this=exp.to_identifier("h")))
             values = (exp.select(exp.alias_(bare.copy(), "k", quoted=True)).distinct()
                       .from_(log).where(pending_predicate(prev)))
+            keys_of = array(node)
             # (OFFSET 0: a subplan per value, never hashed — the point is not reading every
             # stored key)
             here = held.where(exp.EQ(this=exp.column(key, table="s", quoted=True),
                                      expression=exp.column("k", table="d", quoted=True))
                               ).offset(0)
+            # a value that is a changed key of S is not looked up: its log rows decide
+            # (``listed``) — TPC-H's line items of orders inserted or deleted in the batch
+            # (a NOT IN a hashed subplan; the keys are a primary key's: never NULL)
+            unchanged = exp.Not(this=exp.In(
+                this=exp.column("k", table="d", quoted=True), query=exp.Subquery(
+                    this=exp.select(exp.Unnest(expressions=[exp.column(keys_of.changed)])))))
             found = (exp.select(exp.column("k", table="d", quoted=True))
                      .from_(exp.Subquery(this=values, alias=exp.TableAlias(
                          this=exp.to_identifier("d"))))
-                     .where(exp.Exists(this=here)))
+                     .where(exp.and_(unchanged, exp.Exists(this=here))))
             # and S's changed keys (the array the function filled), in the same hashed set: a
             # = ANY(array) is a scan of the array per log row once PL/pgSQL has cached the
             # plan with the array as a parameter (TPC-H SF 1 Q4's ~350 keys: 9 → 17 ms)
-            listed = exp.select(exp.Unnest(expressions=[exp.column(array(node)[0])]))
+            listed = exp.select(exp.Unnest(expressions=[exp.column(keys_of.meeting)]))
             return exp.In(this=col.copy(), query=exp.Subquery(
                 this=exp.union(found, listed, distinct=False)))
         return rw
@@ -1966,9 +2001,10 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
                    f"{indent(fold_into(ff.probe), 2)}\n"
                    f"ELSE\n{indent(run, 2)}\nEND IF;")
         if ff is not None and ff.arrays:  # S's changed keys, which the probing forms read
-            decl_arrays.extend(f"{v} {typ};" for v, typ, _ in ff.arrays)
-            run = "\n".join(f"{v} := ARRAY({qq.sql('postgres')});"
-                             for v, _, qq in ff.arrays) + "\n" + run
+            decl_arrays.extend(f"{v} {a.type};" for a in ff.arrays
+                               for v in (a.meeting, a.changed))
+            run = "\n".join(f"SELECT q.m, q.c INTO {a.meeting}, {a.changed} FROM "
+                             f"({a.query.sql('postgres')}) AS q;" for a in ff.arrays) + "\n" + run
         delta.append(
             f"IF {logged[t]} > 0 THEN\n"
             f"  idivm__ts := clock_timestamp();\n"

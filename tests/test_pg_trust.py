@@ -585,6 +585,30 @@ def test_ddl_after_a_kept_catalog_check_is_detected(env: Env, ddl: str, error: s
         w.execute("ALTER EVENT TRIGGER idivm_ddl_epoch ENABLE ALWAYS")
 
 
+def test_another_roles_ddl_is_logged_and_the_log_readable(env: Env) -> None:
+    """The DDL log's trigger runs as its owner: a role that may not write the log runs its
+    DDL as before (it is logged), and reads the log as a maintain does."""
+    w, _ = paper_view(env)
+    role = f"idivm_role_{env.schema[-12:]}"
+    w.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    try:
+        w.execute(sql.SQL("GRANT CREATE, USAGE ON SCHEMA {} TO {}").format(
+            sql.Identifier(env.schema), sql.Identifier(role)))
+        before = w.execute("SELECT coalesce(max(id), 0) FROM idivm.ddl_log").fetchone()
+        with w.transaction():
+            w.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
+            w.execute(sql.SQL("CREATE TABLE {} (k int PRIMARY KEY)").format(
+                sql.Identifier(env.schema, "mine")))
+            newest = w.execute("SELECT max(xid) FROM idivm.ddl_log").fetchone()
+        after = w.execute("SELECT coalesce(max(id), 0) FROM idivm.ddl_log").fetchone()
+        assert newest is not None and newest[0] is not None
+        assert before is not None and after is not None and after[0] > before[0]
+    finally:
+        w.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(env.schema, "mine")))
+        w.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        w.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
 def test_ddl_committed_after_a_check_that_ran_beside_it_is_detected(env: Env) -> None:
     """A DDL transaction still open while a maintain checks the catalogs (its change not in
     the maintain's snapshot, its DDL log row not visible to it) is seen by the next maintain

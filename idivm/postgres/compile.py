@@ -1694,6 +1694,7 @@ def fold_visible(plan: Plan, schema: str, companion: str, prev: exp.Expr,
         # (``changed`` is the keys' SELECT over the pending rows AND φ: its parts, as
         # aggregates of one pass over the pending rows)
         where = changed.args["where"].this
+        assert isinstance(where, exp.And)  # (``parts``: the pending rows AND φ)
         pending, phi_g = where.left, where.right
         col = changed.expressions[0]
 

@@ -25,9 +25,10 @@ maintain until it ends, as without the triggers, which every maintain does (a ro
 not create event triggers, or they were dropped).
 
 ``install`` creates the log, the function and the trigger with the DDL guard (superusers
-only). The log is pruned by the trigger itself: past ``PRUNE_EVERY`` rows, the older ones go
-and ``DDL_PRUNED`` records the newest transaction id removed, which a session whose kept xmin
-is not past it answers with a full check.
+only; the function runs as its owner — the role whose DDL fires it may not write the log —
+and every role may read the log). The log is pruned by the trigger itself: past
+``PRUNE_EVERY`` rows, the older ones go and ``DDL_PRUNED`` records the newest transaction id
+removed, which a session whose kept xmin is not past it answers with a full check.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ _PRUNED = f"{q(GUARD_SCHEMA)}.{q(DDL_PRUNED)}"
 # (the function's body: an error here would fail every DDL statement of the database, so it
 # reads nothing but the event's own functions, the catalogs and its two tables)
 _BODY = f"""DECLARE
-  n bigint;
+  n bigint;  -- (idivm's DDL log: see idivm/postgres/ddl_epoch.py)
 BEGIN
   IF TG_EVENT = 'sql_drop' THEN
     IF NOT EXISTS (SELECT FROM pg_event_trigger_dropped_objects() d
@@ -97,8 +98,15 @@ def install(conn: psycopg.Connection) -> bool:
             conn.execute(f"INSERT INTO {_PRUNED} SELECT '0'::xid8 WHERE NOT EXISTS "
                          f"(SELECT FROM {_PRUNED})")
             if current is None or current[0] != _BODY:
+                # (as its owner: an event trigger runs as the role whose DDL fires it, which
+                # may not write the log — its DDL would fail)
                 conn.execute(f"CREATE OR REPLACE FUNCTION {fn}() RETURNS event_trigger "
-                             f"LANGUAGE plpgsql AS {dollar_quote(_BODY)}")
+                             "LANGUAGE plpgsql SECURITY DEFINER "
+                             "SET search_path = pg_catalog, pg_temp "
+                             f"AS {dollar_quote(_BODY)}")
+            # every role's maintain reads them (transaction ids only)
+            conn.execute(f"GRANT USAGE ON SCHEMA {q(GUARD_SCHEMA)} TO PUBLIC")
+            conn.execute(f"GRANT SELECT ON {_LOG}, {_PRUNED} TO PUBLIC")
             for name, event in ((EPOCH_TRIGGER, "ddl_command_end"),
                                 (EPOCH_DROP_TRIGGER, "sql_drop")):
                 row = conn.execute("SELECT evtenabled FROM pg_event_trigger WHERE evtname = %s",

@@ -1176,6 +1176,16 @@ def _guard_body() -> str:
     return body
 
 
+def lock_guard(conn: psycopg.Connection, function: str) -> str | None:
+    """Take the guard schema's installation lock (for the transaction) and return the source
+    of its function ``function`` (None: not there)."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
+    row = conn.execute(
+        "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = %s AND p.proname = %s", (GUARD_SCHEMA, function)).fetchone()
+    return str(row[0]) if row else None
+
+
 def install_guard(conn: psycopg.Connection) -> bool:
     """Install the database-wide DDL guard (an event trigger at ``ddl_command_end``); returns
     False when the role may not create event triggers (superusers only) — maintenance still
@@ -1183,12 +1193,8 @@ def install_guard(conn: psycopg.Connection) -> bool:
     body = _guard_body()
     try:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
-            current = conn.execute(
-                "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                "WHERE n.nspname = %s AND p.proname = %s", (GUARD_SCHEMA, GUARD_FUNCTION)
-            ).fetchone()
-            if current is None or current[0] != body:
+            current = lock_guard(conn, GUARD_FUNCTION)
+            if current != body:
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(GUARD_SCHEMA)}")
                 conn.execute(
                     f"CREATE OR REPLACE FUNCTION {_qualified(GUARD_SCHEMA, GUARD_FUNCTION)}() "

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import psycopg
 
-from idivm.postgres.changelog import GUARD_SCHEMA, LOCK_CLASS, dollar_quote, lit, q
+from idivm.postgres.changelog import GUARD_SCHEMA, dollar_quote, lit, lock_guard, q
 
 EPOCH_FUNCTION = "ddl_epoch"
 EPOCH_TRIGGER = "idivm_ddl_epoch"
@@ -85,11 +85,7 @@ def install(conn: psycopg.Connection) -> bool:
     fn = f"{q(GUARD_SCHEMA)}.{q(EPOCH_FUNCTION)}"
     try:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_CLASS,))
-            current = conn.execute(
-                "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                "WHERE n.nspname = %s AND p.proname = %s", (GUARD_SCHEMA, EPOCH_FUNCTION)
-            ).fetchone()
+            current = lock_guard(conn, EPOCH_FUNCTION)
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q(GUARD_SCHEMA)}")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {_LOG} (id bigint GENERATED ALWAYS AS "
                          "IDENTITY PRIMARY KEY, xid xid8 NOT NULL)")
@@ -97,7 +93,7 @@ def install(conn: psycopg.Connection) -> bool:
             conn.execute(f"CREATE TABLE IF NOT EXISTS {_PRUNED} (horizon xid8 NOT NULL)")
             conn.execute(f"INSERT INTO {_PRUNED} SELECT '0'::xid8 WHERE NOT EXISTS "
                          f"(SELECT FROM {_PRUNED})")
-            if current is None or current[0] != _BODY:
+            if current != _BODY:
                 # (as its owner: an event trigger runs as the role whose DDL fires it, which
                 # may not write the log — its DDL would fail)
                 conn.execute(f"CREATE OR REPLACE FUNCTION {fn}() RETURNS event_trigger "

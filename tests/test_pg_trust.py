@@ -531,17 +531,28 @@ def test_the_catalogs_are_checked_again_only_after_ddl(env: Env) -> None:
     session's scratch relations, CREATE TEMP TABLE … AS) nor a materialized view's refresh,
     after any other DDL."""
     w, m = paper_view(env)
+    # a transaction open across the DDL below: the snapshots' xmin stays below its xid, so
+    # the DDL log's rows past that xmin are each asked whether the kept snapshot saw them
+    long = env.conn()
+    long.execute("BEGIN")
+    long.execute("SELECT pg_current_xact_id()")
     w.execute("CREATE MATERIALIZED VIEW mv AS SELECT count(*) AS n FROM parts")
-    batch(w, 1)
-    maintain_all(env, m)
-    kept = catalog_checks(m)
-    assert len(kept) == 2 and all(kept.values())
-    batch(w, 2)
-    w.execute("CREATE TEMP TABLE scratch AS SELECT 1 AS x; CREATE INDEX ON scratch (x); "
-              "DROP TABLE scratch")
-    w.execute("REFRESH MATERIALIZED VIEW mv")  # (its rows only: no view's table)
-    maintain_all(env, m)
-    assert catalog_checks(m) == kept
+    quiet = env.conn()  # the DDL of other sessions (other tests) waits meanwhile
+    with quiet.transaction():
+        quiet.execute("SET LOCAL lock_timeout = '120s'")
+        quiet.execute("SET LOCAL statement_timeout = '120s'")
+        quiet.execute("LOCK TABLE idivm.ddl_log IN SHARE MODE")
+        batch(w, 1)
+        maintain_all(env, m)
+        kept = catalog_checks(m)
+        assert len(kept) == 2 and all(kept.values())
+        batch(w, 2)
+        w.execute("CREATE TEMP TABLE scratch AS SELECT 1 AS x; CREATE INDEX ON scratch (x); "
+                  "DROP TABLE scratch")
+        w.execute("REFRESH MATERIALIZED VIEW mv")  # (its rows only: no view's table)
+        maintain_all(env, m)
+        assert catalog_checks(m) == kept
+    long.execute("COMMIT")
     batch(w, 3)
     w.execute("CREATE INDEX ON devices (category)")
     maintain_all(env, m)

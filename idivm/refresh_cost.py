@@ -334,7 +334,6 @@ class Threshold:
 LARGEST_BATCH = 1 << 48  # change-feed rows: beyond any batch a refresh consumes
 
 
-@functools.lru_cache(maxsize=256)
 def threshold(base_rows: int | None, history: History, engine: str = "postgres",
               warm_session: bool = False) -> Threshold:
     """``decide("auto", n, …)`` for every batch size n at once: the first n it recomputes
@@ -345,27 +344,39 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     at its ends and bisected where it turns. (Where ``decide`` would maintain a
     batch larger than one it recomputes — exploring a size never measured although a smaller
     one already costs more than recomputing — the threshold recomputes: the larger costs
-    more still.) Kept for the arguments last seen (a refresh with nothing pending leaves
-    the history as it was: its next decision is the same, 40–120 µs of model evaluations
-    saved on a 1–3 ms refresh)."""
+    more still.)
+
+    What ``decide`` reads of the history at any size is the intervals, each one's model, the
+    largest batch measured and the history's other fields, not its samples one by one: the
+    search is kept for those (``_searched``), so a refresh whose new sample moves neither
+    model nor the largest batch — most of them — reuses it (40–120 µs of model evaluations
+    and reasons saved on a 1–3 ms refresh)."""
+    own = _own(history.maintain, engine)
+    rates = _rates(own, engine)  # k → maintain_model's rate, the samples from k on large
+    points = tuple(sorted({1, LARGEST_BATCH, *_breaks(history, engine)}))
+    fits = tuple(_model(own, rates[_large_from(own, lo)], engine) for lo in points[:-1])
+    top = own[-1][0] if own else None
+    # the samples as decide sees them besides the model: whether there are any (the
+    # calibrate rule) and the largest of the engine's (the explore rule)
+    seen = ((top, 0.0, engine),) if top is not None else history.maintain[:1]
+    return _searched(base_rows, replace(history, maintain=seen), engine, warm_session,
+                     points, fits)
+
+
+@functools.lru_cache(maxsize=256)
+def _searched(base_rows: int | None, history: History, engine: str, warm_session: bool,
+              points: tuple[int, ...], fits: tuple[tuple[float, float], ...]) -> Threshold:
+    """``threshold``'s search: ``points`` bound its intervals, ``fits[i]`` the model of the
+    one from ``points[i]``; ``history``'s samples only as ``decide`` reads them beside a
+    given model."""
+    def fit(n: int) -> tuple[float, float]:  # maintain_model's at n: its interval's
+        return fits[bisect.bisect_right(points, n) - 1]
+
     def verdict(n: int, model: tuple[float, float]) -> _Verdict:
         return _verdict(n, base_rows, history, engine, warm_session, model)
 
-    own = _own(history.maintain, engine)
-    rates = _rates(own, engine)  # k → maintain_model's rate, the samples from k on large
-    fits: dict[int, tuple[float, float]] = {}
-
-    def fit(n: int) -> tuple[float, float]:  # maintain_model's at n
-        k = _large_from(own, n)
-        got = fits.get(k)
-        if got is None:
-            got = fits[k] = _model(own, rates[k], engine)
-        return got
-
-    points = sorted({1, LARGEST_BATCH, *_breaks(history, engine)})
     first: int | None = None
-    for lo, hi in zip(points, points[1:], strict=False):
-        model = fit(lo)  # (the interval's)
+    for lo, hi, model in zip(points, points[1:], fits, strict=False):
         if verdict(hi - 1, model).choice == "id":
             continue  # (maintained at its end: at every size of it, as it turns only once)
         at_lo = verdict(lo, model)

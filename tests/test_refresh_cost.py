@@ -187,7 +187,10 @@ def test_threshold_is_decide_for_every_batch_size(recompute: float, rows: int | 
         h = h.with_maintain(n, s, "postgres")
     t = threshold(now, h, "postgres")
     if t.max_changes is not None:
-        assert decide("auto", t.max_changes + 1, now, h, "postgres").choice == "recompute"
+        above = decide("auto", t.max_changes + 1, now, h, "postgres")
+        assert above.choice == "recompute" and t.reason_recompute == above.reason
+        if t.max_changes > 0:  # (the reasons as decide gives them from the whole history)
+            assert t.reason_id == decide("auto", t.max_changes, now, h, "postgres").reason
         assert all(decide("auto", n, now, h, "postgres").choice == "id"
                    for n in range(1, min(t.max_changes, 2000) + 1))
     for n in probes:
@@ -277,16 +280,23 @@ def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones() -> None:
     assert History.from_dict(cold.as_dict()) == cold
 
 
-def test_threshold_is_kept_for_the_arguments_last_seen() -> None:
-    """A refresh with nothing pending leaves the history as it was: the next decision is the
-    threshold already computed (the same object), a new sample computes another."""
+def test_threshold_is_kept_while_what_decide_reads_is_unchanged() -> None:
+    """A refresh with nothing pending leaves the history as it was, and a new sample that moves
+    neither the model (its floor, its rate) nor the largest batch measured leaves what
+    ``decide`` reads of it as it was: the next decision is the threshold already computed
+    (the same object); a sample that moves either computes another."""
     h = History().with_recompute(0.1, 1000).with_maintain(500, 0.01, "postgres")
     t = threshold(1000, h, "postgres", True)
     assert threshold(1000, History.from_dict(h.as_dict()), "postgres", True) is t
+    # 300 changes in 12 ms: neither the floor (10 ms - 500 x 10 µs) nor the largest batch
+    assert threshold(1000, h.with_maintain(300, 0.012, "postgres"), "postgres", True) is t
     h2 = h.with_maintain(4000, 0.02, "postgres")
-    assert threshold(1000, h2, "postgres", True) is not t
-    assert threshold(1000, h2, "postgres", True) == threshold.__wrapped__(1000, h2, "postgres",
-                                                                          True)
+    t2 = threshold(1000, h2, "postgres", True)
+    assert t2 is not t  # (the largest batch moved)
+    assert decide("auto", (t2.max_changes or 0) + 1, 1000, h2, "postgres", True
+                  ).choice == "recompute"
+    assert threshold(1000, h.with_maintain(100, 0.001, "postgres"), "postgres",
+                     True) is not t  # (a lower floor)
 
 
 def _model_by_definition(samples: list[tuple[int, float, str]], changes: int,

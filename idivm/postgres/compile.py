@@ -83,7 +83,7 @@ from idivm.postgres.changelog import (
 from idivm.render import deep_trees
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 45  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 46  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -987,13 +987,15 @@ RECORDS = (("rows", "bigint"), ("applied", "bigint"), ("secs", "float8"))
 
 def _records_jsonb(kind: str) -> str:
     """A ``_noted`` record as the jsonb the run returns: an object of counts (a label noted
-    twice keeps its last value) or, for ``secs``, an array of [label, seconds] in run order."""
+    twice keeps its last value; the counts as text, as ``jsonb_object`` makes them) or, for
+    ``secs``, ``{"labels": [...], "seconds": [...]}`` in run order
+    (``MaintenanceStats.of``). Plain functions of the arrays, no subquery: the RETURN is a
+    simple expression (an aggregate over ``unnest`` of each, ordered, was a query of its own:
+    ~0.2 ms of a 4 ms refresh, TPC-H SF 0.1 Q20)."""
     k, v = f"idivm__{kind}_k", f"idivm__{kind}_v"
     if kind == "secs":
-        return (f"(SELECT coalesce(jsonb_agg(jsonb_build_array(u.k, u.v) ORDER BY u.o), "
-                f"'[]') FROM unnest({k}, {v}) WITH ORDINALITY AS u(k, v, o))")
-    return (f"(SELECT coalesce(jsonb_object_agg(u.k, u.v ORDER BY u.o), '{{}}') "
-            f"FROM unnest({k}, {v}) WITH ORDINALITY AS u(k, v, o))")
+        return f"jsonb_build_object('labels', to_jsonb({k}), 'seconds', to_jsonb({v}))"
+    return f"jsonb_object({k}, {v}::text[])"
 
 
 def _skipped_zeros(kind: str, labels: Sequence[str]) -> str:
@@ -2370,9 +2372,20 @@ def fingerprint_source(companion: str) -> str:
     # unseen, as they were)
     # (PL/pgSQL, not SQL: a SQL function's query is parsed and planned at every call, a
     # PL/pgSQL one's once per session — TPC-H SF 1 Q6: 12% of a refresh went to these two)
+    # (this transaction's xid the first after its snapshot — no transaction began between
+    # them, the usual case — is the snapshot with its xmax one further, in text: no query)
     consumed = f"""CREATE OR REPLACE FUNCTION {comp}.consumed()
 RETURNS pg_snapshot LANGUAGE plpgsql VOLATILE AS $idivm$
+DECLARE
+  s pg_snapshot := pg_current_snapshot();
+  x xid8 := pg_current_xact_id_if_assigned();
 BEGIN
+  IF x IS NULL OR pg_visible_in_snapshot(x, s) THEN
+    RETURN s;
+  ELSIF x = pg_snapshot_xmax(s) THEN
+    RETURN (split_part(s::text, ':', 1) || ':' || (x::text::numeric + 1)::text || ':'
+            || split_part(s::text, ':', 3))::pg_snapshot;
+  END IF;
   RETURN (SELECT CASE WHEN x IS NULL OR pg_visible_in_snapshot(x, s) THEN s ELSE (
     pg_snapshot_xmin(s)::text || ':' ||
     greatest(pg_snapshot_xmax(s)::text::numeric, x::text::numeric + 1)::text || ':' ||
@@ -2381,8 +2394,7 @@ BEGIN
                 UNION
                 SELECT generate_series(pg_snapshot_xmax(s)::text::numeric,
                                        x::text::numeric - 1)) AS z
-              WHERE v <> x::text::numeric), ''))::pg_snapshot END
-  FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS x) AS t);
+              WHERE v <> x::text::numeric), ''))::pg_snapshot END);
 END
 $idivm$"""
     # the rows of relations as the planner knows them (pg_class.reltuples, kept by VACUUM,
@@ -2413,20 +2425,37 @@ $idivm$"""
     # invalidation comes back through the shared queue at the next transaction; TPC-H SF 1
     # Q22: 17 ANALYZEs, 7–15 ms, in its first run, then ~100 statements re-planned, 10–14 ms,
     # in its second)
+    # That estimate is its pages (at least 10 while never analyzed) times a density from
+    # the columns' widths, the same at every run: the EXPLAIN is asked once a session, its
+    # density kept in a session setting per relation (``idivm.density_<oid>``; an EXPLAIN
+    # each run was ~80 µs of a 4 ms refresh, TPC-H SF 0.1 Q20)
     stale = f"""CREATE OR REPLACE FUNCTION {comp}.{STATS_STALE}(rel regclass, n bigint)
 RETURNS boolean LANGUAGE plpgsql VOLATILE AS $idivm$
 DECLARE
   pages integer;
   tuples real;
+  cur float8 := pg_relation_size(rel) / current_setting('block_size')::int;
   seen float8;
+  density float8;
   plan json;
 BEGIN
   SELECT c.relpages, c.reltuples INTO pages, tuples FROM pg_class c WHERE c.oid = rel;
   IF pages > 0 AND tuples >= 0 THEN
-    seen := tuples / pages * (pg_relation_size(rel) / current_setting('block_size')::int);
+    seen := tuples / pages * cur;
   ELSE
-    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT FROM %s', rel) INTO plan;
-    seen := (plan -> 0 -> 'Plan' ->> 'Plan Rows')::float8;
+    IF tuples < 0 THEN
+      cur := greatest(cur, 10);
+    END IF;
+    density := nullif(current_setting('idivm.density_' || rel::oid, true), '')::float8;
+    IF density IS NULL OR cur = 0 THEN
+      EXECUTE format('EXPLAIN (FORMAT JSON) SELECT FROM %s', rel) INTO plan;
+      seen := (plan -> 0 -> 'Plan' ->> 'Plan Rows')::float8;
+      IF cur > 0 THEN
+        PERFORM set_config('idivm.density_' || rel::oid, (seen / cur)::text, false);
+      END IF;
+    ELSE
+      seen := greatest(round(density * cur), 1);
+    END IF;
   END IF;
   RETURN coalesce(seen NOT BETWEEN n / 4.0 AND greatest(n * 2.0, n + 1000), true);
 END

@@ -116,12 +116,14 @@ class MaintenanceStats:
     def of(cls, name: str, stats: Mapping[str, Any]) -> MaintenanceStats:
         """From the statistics a compiled maintenance function returns."""
         decision = dict(stats.get("decision") or {})
+        secs = stats["statement_seconds"]  # (labels and seconds: compile._records_jsonb)
         if stats.get("strategy"):
             decision["strategy"] = str(stats["strategy"])
         return cls(name, {k: int(v) for k, v in stats["changes"].items()},
                    {k: int(v) for k, v in stats["idiff_rows"].items()},
                    {k: int(v) for k, v in stats["applied_rows"].items()},
-                   [(str(k), float(v)) for k, v in stats["statement_seconds"]],
+                   [(str(k), float(v)) for k, v in zip(secs["labels"] or (),
+                                                       secs["seconds"] or (), strict=True)],
                    float(stats.get("seconds") or 0.0),
                    function_seconds=float(stats.get("seconds") or 0.0), decision=decision,
                    log_rows={k: int(v) for k, v in (stats.get("log_rows") or {}).items()})

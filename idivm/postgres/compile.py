@@ -83,7 +83,7 @@ from idivm.postgres.changelog import (
 from idivm.render import deep_trees
 from idivm.script import Apply, Compute, Statement, render
 
-FORMAT_VERSION = 46  # bump when the compiled code's shape changes: installed views recompile
+FORMAT_VERSION = 47  # bump when the compiled code's shape changes: installed views recompile
 # the planner's ``merge`` for PostgreSQL: off, each Δ+ (Δ-) i-diff of an operator propagates
 # apart. Merged, they reach the operators above as one UNION, which PostgreSQL plans as a
 # barrier: the joins above it run after the union, not inside its branches (TPC-H SF 1 Q5's
@@ -1934,7 +1934,13 @@ def compile_view(plan: Plan, schema: str, companion: str, tag: str,
     # newest log row decides, and a count of 0 is checked against the log itself
     prev = exp.column(PREV)
     for t in base:
-        newest = exp.select(exp.Max(this=exp.column(XID, quoted=True))).from_(log_ref(schema, t))
+        # the newest log row by ORDER BY … DESC LIMIT 1, not max(): with statistics from an
+        # emptier log (reltuples 0 after a prune, the log grown since) the planner costs
+        # max() as an aggregate over a whole index scan of the "one" row — TPC-H SF 0.1 Q1,
+        # 51k log rows: 7.2 ms of a 11 ms refresh — where LIMIT 1 is one backward step of
+        # the xid index whatever the estimate (a scan and sort are costed at the log's pages)
+        newest = exp.select(exp.column(XID, quoted=True)).from_(log_ref(schema, t)).order_by(
+            exp.Ordered(this=exp.column(XID, quoted=True), desc=True, nulls_first=True)).limit(1)
         count = exp.select(exp.Count(this=exp.Star())).from_(log_ref(schema, t)).where(
             pending_predicate(prev))
         body.append(

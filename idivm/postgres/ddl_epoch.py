@@ -158,7 +158,10 @@ def checked(setting: str, identity: str, seen: str, recheck: str, full_check: st
         f"  SELECT g.id, g.id IS DISTINCT FROM split_part({seen}, '/', 1) OR (\n"
         f"      SELECT CASE WHEN coalesce((SELECT p.horizon FROM {_PRUNED} p) >= k.x, true)\n"
         "                  THEN true\n"
-        f"                  WHEN coalesce((SELECT max(d.xid) FROM {_LOG} d) < k.x, true)\n"
+        # (the newest row by ORDER BY … LIMIT 1, not max(): a backward step of the xid index
+        # whatever the table's statistics say — see compile's newest log row)
+        f"                  WHEN coalesce((SELECT d.xid FROM {_LOG} d ORDER BY d.xid DESC "
+        "LIMIT 1) < k.x, true)\n"
         "                  THEN false\n"
         f"                  ELSE (SELECT count(*) = {VISIBLE_ROWS}\n"
         "                                 OR coalesce(bool_or(NOT pg_visible_in_snapshot(z.xid, "

@@ -53,6 +53,17 @@ AMORTIZE = KEEP
 REBUILD_DEFAULT = 2.0  # × the recomputation: a rebuild's estimate before one is measured
 CALIBRATE = 0.4  # maintain estimate / create-time recompute above which a recompute is timed
 EXPLORE = 4.0  # an unmeasured maintenance estimated within this factor of recompute runs once
+# maintenances of a size an engine's estimate rests on before the explore rule trusts it: on
+# PostgreSQL a session's second to fifth runs of the compiled function plan each statement
+# for its parameters (PL/pgSQL's custom plans), so one warm run is not yet what the session
+# pays (TPC-H SF 0.1 Q17: 14 ms in its second run, 2–5 ms from its third, against a
+# recomputation of ~8 ms — one sample recomputed it for good, its caches then stale)
+FEW = {"postgres": 3}
+
+
+def few(engine: str) -> int:
+    """``FEW``'s count for ``engine`` (one elsewhere)."""
+    return FEW.get(engine, 1)
 
 
 @dataclass(frozen=True)
@@ -261,13 +272,18 @@ def _verdict(changes: int, base_rows: int | None, history: History, engine: str,
         # batch is within reach at the engine's default floor, maintaining once measures what
         # it pays from now on
         return _Verdict("id", "warm", fixed, per, m_est, r_est)
-    if m_est < EXPLORE * r_est and not any(
-            x[2] == engine and x[0] >= changes // 4 for x in history.maintain):
-        # the estimate rests on the engine's defaults (no maintenance measured at this size):
-        # within reach of recomputing, maintaining once measures it (a recomputation never
-        # would, and the next decision learns the rate)
+    if m_est < EXPLORE * r_est and _measured(changes, history, engine) < few(engine):
+        # the estimate rests on the engine's defaults or on fewer than ``few(engine)``
+        # maintenances measured at this size: within reach of recomputing, maintaining once
+        # more measures it (a recomputation never would, and the next decision learns it)
         return _Verdict("id", "explore", fixed, per, m_est, r_est)
     return _Verdict("recompute", "dearer", fixed, per, m_est, r_est)
+
+
+def _measured(changes: int, history: History, engine: str) -> int:
+    """How many of ``engine``'s maintenances were measured at a size comparable to
+    ``changes`` (at least a quarter of it)."""
+    return sum(x[2] == engine and x[0] >= changes // 4 for x in history.maintain)
 
 
 def rebuild_estimate(history: History, recompute: float) -> float:
@@ -303,7 +319,9 @@ def decide(strategy: RefreshStrategy, changes: int, base_rows: int | None,
                 "measured so far was its session's first, which plans every statement)")
     elif v.rule == "explore":
         how += ("; maintaining once to measure it (no maintenance of this view measured at "
-                "this size yet)")
+                "this size yet)" if not _measured(changes, history, engine) else
+                f"; maintaining again to measure it (fewer than {few(engine)} maintenances of "
+                "this view measured at this size)")
     elif v.rule in ("rebuild", "stale"):
         how += (f"; the caches are stale (a recomputation refreshed the view alone): "
                 f"maintaining first rebuilds them (≈ "
@@ -355,10 +373,9 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     rates = _rates(own, engine)  # k → maintain_model's rate, the samples from k on large
     points = tuple(sorted({1, LARGEST_BATCH, *_breaks(history, engine)}))
     fits = tuple(_model(own, rates[_large_from(own, lo)], engine) for lo in points[:-1])
-    top = own[-1][0] if own else None
     # the samples as decide sees them besides the model: whether there are any (the
-    # calibrate rule) and the largest of the engine's (the explore rule)
-    seen = ((top, 0.0, engine),) if top is not None else history.maintain[:1]
+    # calibrate rule) and the engine's ``few`` largest (the explore rule counts them)
+    seen = tuple((n, 0.0, engine) for n, _ in own[-few(engine):]) or history.maintain[:1]
     return _searched(base_rows, replace(history, maintain=seen), engine, warm_session,
                      points, fits)
 
@@ -405,15 +422,15 @@ def _searched(base_rows: int | None, history: History, engine: str, warm_session
 def _breaks(history: History, engine: str) -> list[int]:
     """The batch sizes where ``_verdict``'s inputs other than the size change: ``4 (s + 1)``
     of a measured maintenance of s ≥ 1,000 changes (from there on ``maintain_model`` leaves
-    it out of the per-change rate) and of the largest (from there on none was measured at a
-    comparable size: the ``explore`` rule). Between them its maintenance estimate grows with
-    the size and nothing else moves. (Every sample's ``4 (s + 1)`` would do, with as many
-    more intervals for ``threshold`` to check: ten or so for a view's eight samples of a few
-    hundred changes, against two.)"""
-    own = [x[0] for x in history.maintain if x[2] == engine]
-    top = max(own, default=None)
+    it out of the per-change rate) and of the ``few`` largest (from each on, one fewer was
+    measured at a comparable size: the ``explore`` rule). Between them its maintenance
+    estimate grows with the size and nothing else moves. (Every sample's ``4 (s + 1)``
+    would do, with as many more intervals for ``threshold`` to check: ten or so for a view's
+    eight samples of a few hundred changes, against four.)"""
+    own = sorted(x[0] for x in history.maintain if x[2] == engine)
+    tops = own[-few(engine):]
     return [4 * (n + 1) for n in own
-            if (n >= 1000 or n == top) and 4 * (n + 1) < LARGEST_BATCH]
+            if (n >= 1000 or n in tops) and 4 * (n + 1) < LARGEST_BATCH]
 
 
 def _turns(v: _Verdict, history: History, engine: str) -> list[int]:

@@ -373,11 +373,22 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     rates = _rates(own, engine)  # k → maintain_model's rate, the samples from k on large
     points = tuple(sorted({1, LARGEST_BATCH, *_breaks(history, engine)}))
     fits = tuple(_model(own, rates[_large_from(own, lo)], engine) for lo in points[:-1])
-    # the samples as decide sees them besides the model: whether there are any (the
-    # calibrate rule) and the engine's ``few`` largest (the explore rule counts them)
-    seen = tuple((n, 0.0, engine) for n, _ in own[-few(engine):]) or history.maintain[:1]
+    seen = _seen(own, engine) or history.maintain[:1]
     return _searched(base_rows, replace(history, maintain=seen), engine, warm_session,
                      points, fits)
+
+
+def _seen(own: Sequence[tuple[int, float]], engine: str) -> tuple[tuple[int, float, str], ...]:
+    """The engine's samples (by changes) as ``decide`` reads them beside a given model: the
+    explore rule counts those at least a quarter of a batch's size — fewer than ``few`` of
+    them where the ``few``-th largest is smaller, none where the largest is — and its reason
+    tells none from some. So the largest and ``few - 1`` times the ``few``-th largest: the
+    same verdicts and reasons at every size, and a key that moves less often than the
+    ``few`` largest themselves (a refresh whose sample moves neither reuses the search)."""
+    k = few(engine)
+    if len(own) <= k or k == 1:
+        return tuple((n, 0.0, engine) for n, _ in own[-k:])
+    return ((own[-k][0], 0.0, engine),) * (k - 1) + ((own[-1][0], 0.0, engine),)
 
 
 @functools.lru_cache(maxsize=256)
@@ -422,13 +433,14 @@ def _searched(base_rows: int | None, history: History, engine: str, warm_session
 def _breaks(history: History, engine: str) -> list[int]:
     """The batch sizes where ``_verdict``'s inputs other than the size change: ``4 (s + 1)``
     of a measured maintenance of s ≥ 1,000 changes (from there on ``maintain_model`` leaves
-    it out of the per-change rate) and of the ``few`` largest (from each on, one fewer was
-    measured at a comparable size: the ``explore`` rule). Between them its maintenance
+    it out of the per-change rate) and of the largest and the ``few``-th largest (from there
+    on none, or fewer than ``few``, was measured at a comparable size: the ``explore``
+    rule). Between them its maintenance
     estimate grows with the size and nothing else moves. (Every sample's ``4 (s + 1)``
     would do, with as many more intervals for ``threshold`` to check: ten or so for a view's
     eight samples of a few hundred changes, against four.)"""
     own = sorted(x[0] for x in history.maintain if x[2] == engine)
-    tops = own[-few(engine):]
+    tops = (own[-1], own[-few(engine)]) if len(own) >= few(engine) else own
     return [4 * (n + 1) for n in own
             if (n >= 1000 or n in tops) and 4 * (n + 1) < LARGEST_BATCH]
 

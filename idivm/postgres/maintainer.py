@@ -185,6 +185,10 @@ class PostgresMaintainer:
         # newest refresh, the newest refresh_history id (read once, then kept up to date from
         # what each maintain returns; a maintain that finds a newer row refuses the decision)
         self._costs: dict[str, _Cost] = {}
+        # view → the auto decision last passed, with the _Cost and session warmth it came
+        # from: a refresh that consumed nothing leaves the _Cost as it was, and the next
+        # decision is the same dict (no threshold evaluated: a view no batch changes)
+        self._decided: dict[str, tuple[_Cost, bool, dict[str, Any], str]] = {}
         # the views whose Δ-script this connection's session has run over changes (its
         # statements planned): their next runs are warm (the compiled code's own flag)
         self._ran: set[str] = set()
@@ -856,15 +860,30 @@ class PostgresMaintainer:
                 raise IdivmError(f"view {v!r} was created with strategy='recompute': it has no "
                                  "Δ-script to run")
             if want == "auto" and mine != "recompute":
-                cost = self._cost(v)
+                cost, warm = self._cost(v), v in self._ran
+                kept = self._decided.get(v)
+                if kept is not None and kept[0] is cost and kept[1] == warm:
+                    out[v] = kept[2]
+                    continue
                 out[v] = threshold(cost.base_rows, cost.history, "postgres",
-                                   v in self._ran).as_dict() | {"history_id": cost.history_id}
+                                   warm).as_dict() | {"history_id": cost.history_id}
+                self._decided[v] = (cost, warm, out[v], json.dumps(out[v]))
             elif want == "recompute" and mine != "recompute":
                 out[v] = Decision("recompute", "strategy='recompute' asked for this refresh"
                                   ).as_dict()
             elif want in ("id", "tuple") and mine == "auto":
                 out[v] = Decision("id", f"strategy={want!r} asked for this refresh").as_dict()
         return out
+
+    def _decided_json(self, choices: Mapping[str, Any]) -> str:
+        """``choices`` as the procedure's jsonb argument (an auto decision kept from an
+        earlier refresh: its text as kept)."""
+        parts = []
+        for v, d in choices.items():
+            kept = self._decided.get(v)
+            parts.append(f"{json.dumps(v)}: "
+                         f"{kept[3] if kept is not None and kept[2] is d else json.dumps(d)}")
+        return "{" + ", ".join(parts) + "}"
 
     def _cost(self, view: str, reload: bool = False) -> _Cost:
         """What ``view``'s auto decisions rest on (read from ``refresh_history`` once)."""
@@ -976,7 +995,7 @@ class PostgresMaintainer:
         call = f"CALL {qq(self.companion, 'maintain')}(%s, NULL, %s, %s, %s, %s)" \
             if name is not None else \
             f"CALL {qq(self.companion, 'maintain_all')}(NULL, %s, %s, %s, %s)"
-        decided = json.dumps(dict(choices)) if choices else None
+        decided = self._decided_json(choices) if choices else None
         run = secrets.token_hex(8)
         args = (name, compile_.FORMAT_VERSION, decided, registry, run) if name is not None \
             else (compile_.FORMAT_VERSION, decided, registry, run)

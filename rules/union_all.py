@@ -11,6 +11,7 @@ from idivm import algebra as A
 from idivm.catalog import Catalog
 from idivm.planner.model import DiffNode, NodeInfo, post_name, pre_name
 from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select, subquery, union_all
+from idivm.planner.typing_ import common_type
 from idivm.render import Renderer
 
 
@@ -23,7 +24,13 @@ def infer(node: A.Node, infos: Sequence[NodeInfo], cat: Catalog) -> tuple[A.Node
                for n, lc, rc in zip(node.names, node.left_cols, node.right_cols, strict=True)}
     nullable = {n: li.nullable.get(lc, True) or ri.nullable.get(rc, True)
                 for n, lc, rc in zip(node.names, node.left_cols, node.right_cols, strict=True)}
-    types: dict[str, str | None] = {n: None for n in node.names}
+    # a positional column's type as PostgreSQL resolves the two branches', where certain: an
+    # ID the branch below carries from it pads the other branch with a NULL of that type
+    # (fuzz seed 57008: a DISTINCT branch over a union of two integers, its ID an untyped
+    # NULL in the other branch's Δ+, which a CTE made text)
+    types: dict[str, str | None] = {
+        n: common_type([li.types.get(lc), ri.types.get(rc)])
+        for n, lc, rc in zip(node.names, node.left_cols, node.right_cols, strict=True)}
     for branch, info, m in ((0, li, lmap), (1, ri, rmap)):
         for x in (li.carry if branch == 0 else ri.carry):
             lineage[m[x]] = info.lineage.get(x, frozenset())

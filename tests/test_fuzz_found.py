@@ -262,6 +262,23 @@ CASES = {
          "DELETE FROM t3 WHERE c4 = 5"),
         "SELECT 9.5 AS c0 FROM (SELECT COUNT(a2.c1) AS c1 FROM t0 AS a2 JOIN t3 AS a3 "
         "ON a2.k0 = a3.c4 GROUP BY a3.c4) AS d1"),
+    # a DISTINCT branch of a UNION ALL over a union of its own: its IDs (its output columns)
+    # pad the other branch's Δ+ with NULLs, which were untyped where the inner union's
+    # column type was not inferred — a CTE made them text, "column is of type double
+    # precision but expression is of type text" (now typed as PostgreSQL resolves the union)
+    "seed57008_a_distinct_branch_over_a_union_pads_typed_nulls": Case(
+        "CREATE TABLE t0 (k0 text NOT NULL, c0 text NOT NULL, c1 double precision, c2 text, "
+        "c3 bigint, c4 int, PRIMARY KEY (k0));"
+        "CREATE TABLE t4 (k int NOT NULL, n int NOT NULL, PRIMARY KEY (k));",
+        "INSERT INTO t4 VALUES (5, 1);"
+        "INSERT INTO t0 VALUES ('a', 'x', 1.5, NULL, 4, 4), ('b', 'y', 2.0, NULL, 4, 2)",
+        ("INSERT INTO t4 VALUES (6, 2)", "UPDATE t4 SET n = 3 WHERE k = 5",
+         "UPDATE t0 SET c1 = 4.0 WHERE k0 = 'b'", "DELETE FROM t4 WHERE k = 6",
+         "INSERT INTO t0 VALUES ('c', 'z', NULL, NULL, 2, 4)"),
+        "SELECT 0.5 AS c0, CAST('2024-01-01' AS DATE) AS c1 FROM t4 AS a1 UNION ALL "
+        "SELECT DISTINCT d2.c0 AS c0, CAST('2024-01-04' AS DATE) AS c1 FROM (SELECT a4.c4 * "
+        "a4.c1 AS c0, a4.k0 AS c1 FROM t0 AS a3 LEFT JOIN t0 AS a4 ON a3.c3 = a4.c4 UNION ALL "
+        "SELECT a5.n + 1 AS c0, 'd' AS c1 FROM t4 AS a5) AS d2 WHERE d2.c0 BETWEEN 3.75 AND 5"),
 }
 
 

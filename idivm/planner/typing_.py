@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-__all__ = ["aggregate_type", "expression_type"]
+__all__ = ["aggregate_type", "common_type", "expression_type"]
 
 _INTEGERS = ("SMALLINT", "INT2", "INT", "INTEGER", "INT4")
 _BIGINTS = ("BIGINT", "INT8")
@@ -46,7 +46,7 @@ def expression_type(e: exp.Expr, types: Mapping[str, str | None]) -> str | None:
         branches = ([e.this, *e.expressions] if isinstance(e, exp.Coalesce)
                     else [*(i.args.get("true") for i in e.args.get("ifs") or []),
                           e.args.get("default")])
-        return _common_type([expression_type(b, types) for b in branches
+        return common_type([expression_type(b, types) for b in branches
                              if b is not None and not isinstance(b, exp.Null)])
     if isinstance(e, exp.Add | exp.Sub | exp.Mul | exp.Div):
         return _arithmetic_type(expression_type(e.this, types),
@@ -78,9 +78,9 @@ def _arithmetic_type(left: str | None, right: str | None) -> str | None:
     return None
 
 
-def _common_type(branches: list[str | None]) -> str | None:
-    """The type PostgreSQL resolves for the branches of a COALESCE or CASE, where certain:
-    one type, or numbers of several (an integer type widens to a wider integer, to numeric,
+def common_type(branches: list[str | None]) -> str | None:
+    """The type PostgreSQL resolves for the branches of a COALESCE, a CASE or a UNION, where
+    certain: one type, or numbers of several (an integer type widens to a wider integer, to numeric,
     or to double precision; fuzz seed 10579: ``COALESCE(numeric(8,2) column, -0.75)`` is
     numeric). Anything else (unknown branches, text of several kinds, real) stays unknown."""
     if not branches or any(b is None for b in branches):

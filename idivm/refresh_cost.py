@@ -435,10 +435,9 @@ def _breaks(history: History, engine: str) -> list[int]:
     of a measured maintenance of s ≥ 1,000 changes (from there on ``maintain_model`` leaves
     it out of the per-change rate) and of the largest and the ``few``-th largest (from there
     on none, or fewer than ``few``, was measured at a comparable size: the ``explore``
-    rule). Between them its maintenance
-    estimate grows with the size and nothing else moves. (Every sample's ``4 (s + 1)``
-    would do, with as many more intervals for ``threshold`` to check: ten or so for a view's
-    eight samples of a few hundred changes, against four.)"""
+    rule). Between them its maintenance estimate grows with the size and nothing else moves.
+    (Every sample's ``4 (s + 1)`` would do, with as many more intervals for ``threshold`` to
+    check: ten or so for a view's eight samples of a few hundred changes, against four.)"""
     own = sorted(x[0] for x in history.maintain if x[2] == engine)
     tops = (own[-1], own[-few(engine)]) if len(own) >= few(engine) else own
     return [4 * (n + 1) for n in own

@@ -47,7 +47,7 @@ def expression_type(e: exp.Expr, types: Mapping[str, str | None]) -> str | None:
                     else [*(i.args.get("true") for i in e.args.get("ifs") or []),
                           e.args.get("default")])
         return common_type([expression_type(b, types) for b in branches
-                             if b is not None and not isinstance(b, exp.Null)])
+                            if b is not None and not isinstance(b, exp.Null)])
     if isinstance(e, exp.Add | exp.Sub | exp.Mul | exp.Div):
         return _arithmetic_type(expression_type(e.this, types),
                                 expression_type(e.expression, types))
@@ -80,9 +80,10 @@ def _arithmetic_type(left: str | None, right: str | None) -> str | None:
 
 def common_type(branches: list[str | None]) -> str | None:
     """The type PostgreSQL resolves for the branches of a COALESCE, a CASE or a UNION, where
-    certain: one type, or numbers of several (an integer type widens to a wider integer, to numeric,
-    or to double precision; fuzz seed 10579: ``COALESCE(numeric(8,2) column, -0.75)`` is
-    numeric). Anything else (unknown branches, text of several kinds, real) stays unknown."""
+    certain: one type, or numbers of several (an integer type widens to a wider integer, to
+    numeric, or to double precision; fuzz seed 10579: ``COALESCE(numeric(8,2) column,
+    -0.75)`` is numeric). Anything else (unknown branches, text of several kinds, real) stays
+    unknown."""
     if not branches or any(b is None for b in branches):
         return None
     distinct = set(branches)

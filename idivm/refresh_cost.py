@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import bisect
 import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, NamedTuple
 
 from idivm.errors import IdivmError
 from idivm.planner.model import Strategy
@@ -126,6 +127,11 @@ class History:
                 h = h.with_maintain(int(changes), float(seconds), engine)
         return replace(h, cold_only=bool(h.maintain) and not warm)
 
+    def unsampled(self) -> tuple[Any, ...]:
+        """The fields but the maintenance samples (``threshold``'s key beside those it
+        reads)."""
+        return tuple(getattr(self, f) for f in _UNSAMPLED)
+
     def with_maintain(self, changes: int, seconds: float, engine: str = "spark") -> History:
         return replace(self, maintain=(*self.maintain, (changes, seconds, engine))[-KEEP:])
 
@@ -133,6 +139,9 @@ class History:
                        at_create: bool = False) -> History:
         return replace(self, recompute_seconds=seconds, recompute_rows=rows,
                        recompute_at_create=at_create)
+
+
+_UNSAMPLED = tuple(f.name for f in fields(History) if f.name != "maintain")
 
 
 @dataclass(frozen=True)
@@ -225,10 +234,10 @@ def choose_engine(changes: int, history: History, threshold: int, ceiling: int
                       "job)")
 
 
-@dataclass(frozen=True)
-class _Verdict:
+class _Verdict(NamedTuple):
     """``decide``'s choice for an ``auto`` refresh and what it rests on (no text: the
-    threshold evaluates it at many sizes)."""
+    threshold evaluates it at many sizes; a tuple, built in a third of a frozen dataclass's
+    time)."""
 
     choice: Choice
     rule: Literal["unmeasured", "calibrate", "cheaper", "explore", "warm", "dearer", "rebuild",
@@ -282,8 +291,19 @@ def _verdict(changes: int, base_rows: int | None, history: History, engine: str,
 
 def _measured(changes: int, history: History, engine: str) -> int:
     """How many of ``engine``'s maintenances were measured at a size comparable to
-    ``changes`` (at least a quarter of it)."""
-    return sum(x[2] == engine and x[0] >= changes // 4 for x in history.maintain)
+    ``changes``: whose size class (``size_class``) is at least a quarter of it."""
+    least = changes // 4  # (size_class(s) >= least: s at least the power of two at or above)
+    least = 1 << (least - 1).bit_length() if least > 0 else 0
+    return sum(x[2] == engine and x[0] >= least for x in history.maintain)
+
+
+def size_class(changes: int) -> int:
+    """The power of two at or below ``changes`` (0 for none): the size the explore rule
+    counts a maintenance at. Batches of one workload vary by a few percent (TPC-H SF 0.1's
+    0.1%: 560–650 log rows a refresh); measured in classes, a view's largest sizes — what
+    ``threshold``'s search reads of its samples — move when a batch doubles, not at every
+    refresh (which searched again at 33 of 60 refreshes of 1.5–4 ms, at ~0.3 ms each)."""
+    return 1 << (changes.bit_length() - 1) if changes > 0 else 0
 
 
 def rebuild_estimate(history: History, recompute: float) -> float:
@@ -348,6 +368,11 @@ class Threshold:
         return {"choice": "auto", "max_changes": self.max_changes,
                 "reason_id": self.reason_id, "reason_recompute": self.reason_recompute}
 
+    @functools.cached_property
+    def json(self) -> str:
+        """``as_dict`` as JSON text (kept: a threshold's search is, and so its text)."""
+        return json.dumps(self.as_dict())
+
 
 LARGEST_BATCH = 1 << 48  # change-feed rows: beyond any batch a refresh consumes
 
@@ -370,28 +395,46 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     model nor the largest batch — most of them — reuses it (40–120 µs of model evaluations
     and reasons saved on a 1–3 ms refresh)."""
     own = _own(history.maintain, engine)
-    rates = _rates(own, engine)  # k → maintain_model's rate, the samples from k on large
-    points = tuple(sorted({1, LARGEST_BATCH, *_breaks(history, engine)}))
-    fits = tuple(_model(own, rates[_large_from(own, lo)], engine) for lo in points[:-1])
+    points = tuple(sorted({1, LARGEST_BATCH, *_breaks([n for n, _ in own], engine)}))
+    if not own or own[-1][0] < 1000:  # (no sample large enough for a rate: the default's)
+        fits: tuple[tuple[float, float], ...] = \
+            (_model(own, engine_defaults(engine)[1], engine),) * (len(points) - 1)
+    else:
+        rates = _rates(own, engine)  # k → maintain_model's rate, the samples from k on large
+        fits = tuple(_model(own, rates[_large_from(own, lo)], engine) for lo in points[:-1])
     seen = _seen(own, engine) or history.maintain[:1]
-    return _searched(base_rows, replace(history, maintain=seen), engine, warm_session,
-                     points, fits)
+    key = (base_rows, history.unsampled(), seen, engine, warm_session, points, fits)
+    kept = _SEARCHED.get(key)
+    if kept is None:
+        if len(_SEARCHED) >= SEARCHES_KEPT:
+            _SEARCHED.clear()
+        kept = _SEARCHED[key] = _searched(base_rows, replace(history, maintain=seen),
+                                          engine, warm_session, points, key[-1])
+    return kept
 
 
 def _seen(own: Sequence[tuple[int, float]], engine: str) -> tuple[tuple[int, float, str], ...]:
     """The engine's samples (by changes) as ``decide`` reads them beside a given model: the
     explore rule counts those at least a quarter of a batch's size — fewer than ``few`` of
     them where the ``few``-th largest is smaller, none where the largest is — and its reason
-    tells none from some. So the largest and ``few - 1`` times the ``few``-th largest: the
-    same verdicts and reasons at every size, and a key that moves less often than the
-    ``few`` largest themselves (a refresh whose sample moves neither reuses the search)."""
+    tells none from some. So the largest and ``few - 1`` times the ``few``-th largest, each
+    as its ``size_class``: the same verdicts and reasons at every size, and a key that moves
+    less often than the ``few`` largest themselves (a refresh whose sample moves neither
+    reuses the search)."""
     k = few(engine)
     if len(own) <= k or k == 1:
-        return tuple((n, 0.0, engine) for n, _ in own[-k:])
-    return ((own[-k][0], 0.0, engine),) * (k - 1) + ((own[-1][0], 0.0, engine),)
+        return tuple((size_class(n), 0.0, engine) for n, _ in own[-k:])
+    return ((size_class(own[-k][0]), 0.0, engine),) * (k - 1) + \
+        ((size_class(own[-1][0]), 0.0, engine),)
 
 
-@functools.lru_cache(maxsize=256)
+# threshold's searches by what they read (``_searched``): a refresh whose sample moves none of
+# it reuses the search (its key: the history without its samples, those ``_seen`` reads, the
+# intervals and their models)
+_SEARCHED: dict[tuple[Any, ...], Threshold] = {}
+SEARCHES_KEPT = 256
+
+
 def _searched(base_rows: int | None, history: History, engine: str, warm_session: bool,
               points: tuple[int, ...], fits: tuple[tuple[float, float], ...]) -> Threshold:
     """``threshold``'s search: ``points`` bound its intervals, ``fits[i]`` the model of the
@@ -430,18 +473,19 @@ def _searched(base_rows: int | None, history: History, engine: str, warm_session
     return Threshold(first - 1, reason(first - 1) if first > 1 else "", reason(first))
 
 
-def _breaks(history: History, engine: str) -> list[int]:
+def _breaks(own: Sequence[int], engine: str) -> list[int]:
     """The batch sizes where ``_verdict``'s inputs other than the size change: ``4 (s + 1)``
     of a measured maintenance of s ≥ 1,000 changes (from there on ``maintain_model`` leaves
-    it out of the per-change rate) and of the largest and the ``few``-th largest (from there
-    on none, or fewer than ``few``, was measured at a comparable size: the ``explore``
-    rule). Between them its maintenance estimate grows with the size and nothing else moves.
-    (Every sample's ``4 (s + 1)`` would do, with as many more intervals for ``threshold`` to
-    check: ten or so for a view's eight samples of a few hundred changes, against four.)"""
-    own = sorted(x[0] for x in history.maintain if x[2] == engine)
+    it out of the per-change rate) and ``4 (c + 1)`` of the ``size_class`` c of the largest
+    and the ``few``-th largest (from there on none, or fewer than ``few``, was measured at a
+    comparable size: the ``explore`` rule). Between them its maintenance estimate grows with
+    the size and nothing else moves. (Every sample's ``4 (s + 1)`` would do, with as many more
+    intervals for ``threshold`` to check: ten or so for a view's eight samples of a few
+    hundred changes, against four.)
+    ``own``: the sizes of ``engine``'s samples, ascending."""
     tops = (own[-1], own[-few(engine)]) if len(own) >= few(engine) else own
-    return [4 * (n + 1) for n in own
-            if (n >= 1000 or n in tops) and 4 * (n + 1) < LARGEST_BATCH]
+    return [4 * (n + 1) for n in own if n >= 1000 and 4 * (n + 1) < LARGEST_BATCH] + \
+        [4 * (size_class(n) + 1) for n in tops if 4 * (size_class(n) + 1) < LARGEST_BATCH]
 
 
 def _turns(v: _Verdict, history: History, engine: str) -> list[int]:

@@ -290,8 +290,8 @@ def test_a_warm_session_measures_a_warm_run_before_trusting_cold_ones() -> None:
 
 def test_threshold_is_kept_while_what_decide_reads_is_unchanged() -> None:
     """A refresh with nothing pending leaves the history as it was, and a new sample that moves
-    neither the model (its floor, its rate) nor the ``FEW`` largest batches measured (the
-    explore rule counts them) leaves what
+    neither the model (its floor, its rate) nor the size classes of the ``FEW`` largest
+    batches measured (the explore rule counts them) leaves what
     ``decide`` reads of it as it was: the next decision is the threshold already computed
     (the same object); a sample that moves either computes another."""
     h = History().with_recompute(0.1, 1000)
@@ -301,6 +301,8 @@ def test_threshold_is_kept_while_what_decide_reads_is_unchanged() -> None:
     assert threshold(1000, History.from_dict(h.as_dict()), "postgres", True) is t
     # 300 changes in 12 ms: neither the floor (10 ms - 500 x 10 µs) nor the largest batches
     assert threshold(1000, h.with_maintain(300, 0.012, "postgres"), "postgres", True) is t
+    # a larger batch of the same size class (256–511: the explore rule's measure)
+    assert threshold(1000, h.with_maintain(510, 0.012, "postgres"), "postgres", True) is t
     h2 = h.with_maintain(4000, 0.02, "postgres")
     t2 = threshold(1000, h2, "postgres", True)
     assert t2 is not t  # (the largest batch moved)

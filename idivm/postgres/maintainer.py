@@ -10,10 +10,11 @@ names resolve.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import secrets
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -109,8 +110,12 @@ class MaintenanceStats:
     # what ran and why, as Spark's stats.decision: choice (id: the Δ-script, or recompute),
     # reason, and for an ``auto`` refresh the estimates (maintain_estimate,
     # recompute_estimate, changes, base_rows); strategy: id, tuple or recompute
-    decision: dict[str, Any] = field(default_factory=dict)
+    _decision: dict[str, Any] = field(default_factory=dict)
     log_rows: dict[str, int] = field(default_factory=dict)  # base table → log rows consumed
+    # an auto refresh's estimates at the log rows it counted and their reason, worked out
+    # when ``decision`` is first read (the model's evaluation is not on the refresh's path)
+    _explain: Callable[[], Mapping[str, Any]] | None = field(default=None, repr=False,
+                                                             compare=False)
 
     @classmethod
     def of(cls, name: str, stats: Mapping[str, Any]) -> MaintenanceStats:
@@ -125,13 +130,21 @@ class MaintenanceStats:
                    [(str(k), float(v)) for k, v in zip(secs["labels"] or (),
                                                        secs["seconds"] or (), strict=True)],
                    float(stats.get("seconds") or 0.0),
-                   function_seconds=float(stats.get("seconds") or 0.0), decision=decision,
+                   function_seconds=float(stats.get("seconds") or 0.0), _decision=decision,
                    log_rows={k: int(v) for k, v in (stats.get("log_rows") or {}).items()})
+
+    @property
+    def decision(self) -> dict[str, Any]:
+        """What ran and why (see ``_decision``)."""
+        if self._explain is not None:
+            explain, self._explain = self._explain, None
+            self._decision.update(explain())
+        return self._decision
 
     @property
     def choice(self) -> str:
         """``id`` (the Δ-script ran) or ``recompute``."""
-        return str(self.decision.get("choice", "id"))
+        return str(self._decision.get("choice", "id"))
 
     @property
     def reason(self) -> str:
@@ -146,6 +159,17 @@ class MaintenanceStats:
         if self.upstream:
             out["upstream"] = {k: v.as_dict() for k, v in self.upstream.items()}
         return out
+
+
+def _estimates(n: int, cost: _Cost, warm: bool, choice: str, ran: str) -> dict[str, Any]:
+    """An auto refresh's estimates at the ``n`` log rows it counted, from the history its
+    threshold came from (``decide``), and their reason where the model chose what ran."""
+    d = decide("auto", n, cost.base_rows, cost.history, "postgres", warm_session=warm)
+    out: dict[str, Any] = {"maintain_estimate": d.maintain_estimate,
+                           "recompute_estimate": d.recompute_estimate}
+    if d.choice == choice:
+        out["reason"] = d.reason + (compile_.REBUILD_REASON if ran == "rebuild" else "")
+    return out
 
 
 def _warmed(stats: Mapping[str, Any]) -> set[str]:
@@ -865,9 +889,10 @@ class PostgresMaintainer:
                 if kept is not None and kept[0] is cost and kept[1] == warm:
                     out[v] = kept[2]
                     continue
-                out[v] = threshold(cost.base_rows, cost.history, "postgres",
-                                   warm).as_dict() | {"history_id": cost.history_id}
-                self._decided[v] = (cost, warm, out[v], json.dumps(out[v]))
+                t = threshold(cost.base_rows, cost.history, "postgres", warm)
+                out[v] = t.as_dict() | {"history_id": cost.history_id}
+                self._decided[v] = (cost, warm, out[v], t.json[:-1] + ', "history_id": ' + (
+                    "null" if cost.history_id is None else str(cost.history_id)) + "}")
             elif want == "recompute" and mine != "recompute":
                 out[v] = Decision("recompute", "strategy='recompute' asked for this refresh"
                                   ).as_dict()
@@ -911,26 +936,23 @@ class PostgresMaintainer:
 
     def _stats(self, name: str, stats: Mapping[str, Any]) -> MaintenanceStats:
         """``MaintenanceStats`` of one view's run; for an auto refresh, its decision with the
-        model's estimates at the log rows it counted (``decide``, from the history the
-        threshold came from), and that history brought up to date with this run."""
+        model's estimates at the log rows it counted (``_estimates``, from the history the
+        threshold came from, worked out when ``decision`` is read), and that history brought
+        up to date with this run."""
         out = MaintenanceStats.of(name, stats)
         cost = self._costs.get(name)
         if cost is None:
             return out
         n = sum(out.log_rows.values())
-        if "max_changes" in out.decision and n > 0:  # (an auto refresh's threshold)
-            d = decide("auto", n, cost.base_rows, cost.history, "postgres",
-                       warm_session=not stats.get("cold"))
-            out.decision |= {"changes": n, "maintain_estimate": d.maintain_estimate,
-                             "recompute_estimate": d.recompute_estimate}
-            if d.choice == out.choice:
-                out.decision["reason"] = d.reason + (
-                    compile_.REBUILD_REASON if out.decision.get("strategy") == "rebuild" else "")
+        ran = out._decision.get("strategy", out.choice)
+        if "max_changes" in out._decision and n > 0:  # (an auto refresh's threshold)
+            out._decision["changes"] = n
+            out._explain = functools.partial(_estimates, n, cost, not stats.get("cold"),
+                                             out.choice, ran)
         if stats.get("history_id") is not None:
             rows = stats.get("base_rows")
             base_rows = int(rows) if rows is not None else cost.base_rows
             cold = bool(stats.get("cold"))
-            ran = out.decision.get("strategy", out.choice)
             if ran in ("id", "tuple") and n > 0 and not cold and not cost.warm:
                 # the first warm run: the cold samples no longer count (History.of_runs)
                 try:
@@ -938,15 +960,18 @@ class PostgresMaintainer:
                 except psycopg.Error:  # (a timeout, a cancel: the run committed all the
                     self._costs.pop(name, None)  # same; the next decision reads it again)
                 return out
-            h = replace(cost.history, caches_stale=bool(stats.get("caches_stale")))
+            h, stale = cost.history, bool(stats.get("caches_stale"))
+            if h.caches_stale != stale:  # (each replace of a History: ~5 µs, in the refresh)
+                h = replace(h, caches_stale=stale)
             if ran == "recompute":
                 h = h.with_recompute(out.seconds, base_rows)
             elif ran == "rebuild":
                 h = replace(h, rebuild_seconds=out.seconds)
             elif n > 0 and not (cold and cost.warm):
                 # (a cold sample while no warm one is known: History.of_runs's cold_only)
-                h = replace(h.with_maintain(n, out.seconds, "postgres"),
-                            cold_only=cold and not cost.warm)
+                h = h.with_maintain(n, out.seconds, "postgres")
+                if h.cold_only != (cold and not cost.warm):
+                    h = replace(h, cold_only=cold and not cost.warm)
             self._costs[name] = _Cost(h, base_rows, int(stats["history_id"]), cost.warm)
         return out
 

@@ -6,7 +6,8 @@ change-feed rows on which engine. A maintenance is modelled per engine as ``fixe
 × changes`` (the fixed part is the engine's floor — fold the feeds, size the i-diffs, commit —
 and the rest grows with the i-diffs); a recomputation as ``seconds_per_row × base rows``. With
 no measurement yet, an engine's floor and per-change cost are its ``ENGINE_DEFAULTS``. The
-per-change cost is learned only from batches at least a quarter the size of the one estimated:
+per-change cost is learned only from batches at least a quarter the size of the one estimated
+(sizes compared in powers of two, ``size_class``):
 a refresh's cost is not linear in its changes (the buckets a batch touches saturate), so a rate
 seen on a few hundred changes overstates the cost of ten thousand.
 
@@ -47,6 +48,7 @@ DEFAULT_PER_CHANGE = 1.5e-4  # seconds per change-feed row (V′ under a 1% batc
 ENGINE_DEFAULTS = {"spark": (DEFAULT_FIXED, DEFAULT_PER_CHANGE), "driver": (0.3, 3e-5),
                    "postgres": (0.005, 1e-5)}
 KEEP = 8  # maintenance samples kept per view
+LARGE = 1024  # changes: a maintenance large enough to show a per-change rate
 # a view whose caches are stale (PostgreSQL: the last refresh recomputed the view alone) is
 # maintained again only if the Δ-script's estimate plus its rebuild (every stored relation
 # recomputed) spread over this many refreshes stays below recomputing
@@ -169,7 +171,8 @@ def maintain_model(samples: Sequence[tuple[int, float] | tuple[int, float, str]]
     """``(fixed, per_change)`` of ``engine`` from its earlier maintenances (samples without an
     engine are Spark's): the floor is the fastest run's time less its changes at the
     per-change rate; the rate is the steepest (seconds - floor) / changes among runs large
-    enough to show it (≥ 1,000 changes, and ≥ a quarter of ``changes``), else the default."""
+    enough to show it (of ``LARGE`` changes or more, and at least a quarter of ``changes``,
+    each run counted at its ``size_class``), else the default."""
     own = _own(samples, engine)
     return _model(own, _rates(own, engine)[_large_from(own, changes)], engine)
 
@@ -183,7 +186,7 @@ def _own(samples: Sequence[tuple[int, float] | tuple[int, float, str]], engine: 
 
 def _large_from(own: Sequence[tuple[int, float]], changes: int) -> int:
     """The first of ``own`` (by changes) large enough to show the rate at ``changes``."""
-    return bisect.bisect_left(own, (max(1000, changes // 4),))
+    return bisect.bisect_left(own, (_class_from(max(LARGE, changes // 4)),))
 
 
 def _rates(own: Sequence[tuple[int, float]], engine: str) -> list[float]:
@@ -204,7 +207,7 @@ def _model(own: Sequence[tuple[int, float]], per: float, engine: str) -> tuple[f
     """``maintain_model`` over ``own`` at the rate ``per``: the floor that goes with it."""
     if not own:
         return engine_defaults(engine)[0], per
-    small = [(n, s) for n, s in own if n < 1000] or own
+    small = [(n, s) for n, s in own if n < LARGE] or own
     return max(0.0, min(s - per * n for n, s in small)), per
 
 
@@ -212,12 +215,12 @@ def choose_engine(changes: int, history: History, threshold: int, ceiling: int
                   ) -> tuple[str, str]:
     """Where a maintenance of ``changes`` change-feed rows runs, ``driver`` or ``spark``, and
     why: the engine estimated cheaper once both have been measured on batches large enough to
-    trust their per-change rates (``maintain_model``: ≥ 1,000 changes and ≥ a quarter of
+    trust their per-change rates (``maintain_model``: ≥ ``LARGE`` changes and ≥ a quarter of
     this batch); until then the driver up to ``threshold`` changes; never above ``ceiling``
     (the driver holds the i-diffs in its memory)."""
     if changes > ceiling:
         return "spark", f"{changes:,} changes > {ceiling:,}: too many for the driver's memory"
-    floor = max(1000, changes // 4)
+    floor = _class_from(max(LARGE, changes // 4))
     if all(any(x[2] == e and x[0] >= floor for x in history.maintain)
            for e in ("driver", "spark")):
         est = {}
@@ -292,14 +295,20 @@ def _verdict(changes: int, base_rows: int | None, history: History, engine: str,
 def _measured(changes: int, history: History, engine: str) -> int:
     """How many of ``engine``'s maintenances were measured at a size comparable to
     ``changes``: whose size class (``size_class``) is at least a quarter of it."""
-    least = changes // 4  # (size_class(s) >= least: s at least the power of two at or above)
-    least = 1 << (least - 1).bit_length() if least > 0 else 0
+    least = _class_from(changes // 4)
     return sum(x[2] == engine and x[0] >= least for x in history.maintain)
 
 
+def _class_from(least: int) -> int:
+    """The smallest size whose ``size_class`` is at least ``least``: the power of two at or
+    above it (0 for none)."""
+    return 1 << (least - 1).bit_length() if least > 0 else 0
+
+
 def size_class(changes: int) -> int:
-    """The power of two at or below ``changes`` (0 for none): the size the explore rule
-    counts a maintenance at. Batches of one workload vary by a few percent (TPC-H SF 0.1's
+    """The power of two at or below ``changes`` (0 for none): the size the model counts a
+    maintenance at where it compares sizes (the explore rule, the runs a per-change rate is
+    learned from). Batches of one workload vary by a few percent (TPC-H SF 0.1's
     0.1%: 560–650 log rows a refresh); measured in classes, a view's largest sizes — what
     ``threshold``'s search reads of its samples — move when a batch doubles, not at every
     refresh (which searched again at 33 of 60 refreshes of 1.5–4 ms, at ~0.3 ms each)."""
@@ -396,7 +405,7 @@ def threshold(base_rows: int | None, history: History, engine: str = "postgres",
     and reasons saved on a 1–3 ms refresh)."""
     own = _own(history.maintain, engine)
     points = tuple(sorted({1, LARGEST_BATCH, *_breaks([n for n, _ in own], engine)}))
-    if not own or own[-1][0] < 1000:  # (no sample large enough for a rate: the default's)
+    if not own or own[-1][0] < LARGE:  # (no sample large enough for a rate: the default's)
         fits: tuple[tuple[float, float], ...] = \
             (_model(own, engine_defaults(engine)[1], engine),) * (len(points) - 1)
     else:
@@ -474,18 +483,17 @@ def _searched(base_rows: int | None, history: History, engine: str, warm_session
 
 
 def _breaks(own: Sequence[int], engine: str) -> list[int]:
-    """The batch sizes where ``_verdict``'s inputs other than the size change: ``4 (s + 1)``
-    of a measured maintenance of s ≥ 1,000 changes (from there on ``maintain_model`` leaves
-    it out of the per-change rate) and ``4 (c + 1)`` of the ``size_class`` c of the largest
-    and the ``few``-th largest (from there on none, or fewer than ``few``, was measured at a
+    """The batch sizes where ``_verdict``'s inputs other than the size change: ``4 (c + 1)``
+    for the ``size_class`` c of each measured maintenance of ``LARGE`` changes or more (from
+    there on ``maintain_model`` leaves it out of the per-change rate) and of the largest and
+    the ``few``-th largest (from there on none, or fewer than ``few``, was measured at a
     comparable size: the ``explore`` rule). Between them its maintenance estimate grows with
-    the size and nothing else moves. (Every sample's ``4 (s + 1)`` would do, with as many more
-    intervals for ``threshold`` to check: ten or so for a view's eight samples of a few
-    hundred changes, against four.)
-    ``own``: the sizes of ``engine``'s samples, ascending."""
+    the size and nothing else moves. (Every sample's would do, with as many more intervals
+    for ``threshold`` to check.) ``own``: the sizes of ``engine``'s samples, ascending."""
     tops = (own[-1], own[-few(engine)]) if len(own) >= few(engine) else own
-    return [4 * (n + 1) for n in own if n >= 1000 and 4 * (n + 1) < LARGEST_BATCH] + \
-        [4 * (size_class(n) + 1) for n in tops if 4 * (size_class(n) + 1) < LARGEST_BATCH]
+    ends = {4 * (size_class(n) + 1) for n in own if n >= LARGE} | \
+        {4 * (size_class(n) + 1) for n in tops}
+    return [n for n in ends if n < LARGEST_BATCH]
 
 
 def _turns(v: _Verdict, history: History, engine: str) -> list[int]:

@@ -15,6 +15,7 @@ from idivm.refresh_cost import (
     ENGINE_DEFAULTS,
     FEW,
     KEEP,
+    LARGE,
     REBUILD_DEFAULT,
     History,
     choose_engine,
@@ -22,6 +23,7 @@ from idivm.refresh_cost import (
     engine_defaults,
     maintain_model,
     planned,
+    size_class,
     threshold,
 )
 
@@ -172,7 +174,8 @@ def test_planned_strategy() -> None:
         planned("fast")  # type: ignore[arg-type]
 
 
-samples = st.lists(st.tuples(st.sampled_from([1, 10, 300, 1000, 4000, 20000, 150000]),
+samples = st.lists(st.tuples(st.sampled_from([1, 10, 300, 1000, 1024, 4000, 5000, 20000,
+                                              150000]),
                              st.floats(0.001, 3.0)), max_size=8)
 
 
@@ -320,17 +323,18 @@ def _model_by_definition(samples: list[tuple[int, float, str]], changes: int,
     if not own:
         return default_fixed, default_per
     fixed0 = min(s for _, s in own)
-    big = [(n, s) for n, s in own if n >= max(1000, changes // 4)]
+    big = [(n, s) for n, s in own if size_class(n) >= max(LARGE, changes // 4)]
     per = max(max(0.0, s - fixed0) / n for n, s in big) if big else default_per
-    small = [(n, s) for n, s in own if n < 1000] or own
+    small = [(n, s) for n, s in own if n < LARGE] or own
     return max(0.0, min(s - per * n for n, s in small)), per
 
 
 @settings(max_examples=300, deadline=None)
-@given(runs=st.lists(st.tuples(st.sampled_from([1, 10, 300, 999, 1000, 1001, 4000, 20000]),
+@given(runs=st.lists(st.tuples(st.sampled_from([1, 10, 300, 999, 1000, 1001, 1023, 1024, 1025,
+                                                4000, 4096, 20000]),
                                st.floats(0.0, 3.0), st.sampled_from(["postgres", "spark"])),
                      max_size=9),
-       changes=st.sampled_from([0, 1, 3999, 4000, 4004, 16000, 80000, 10**7]),
+       changes=st.sampled_from([0, 1, 3999, 4000, 4004, 4096, 4100, 16000, 16384, 80000, 10**7]),
        engine=st.sampled_from(["postgres", "spark"]))
 def test_maintain_model_is_its_definition(runs: list[tuple[int, float, str]], changes: int,
                                           engine: str) -> None:

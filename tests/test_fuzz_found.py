@@ -279,6 +279,23 @@ CASES = {
         "SELECT DISTINCT d2.c0 AS c0, CAST('2024-01-04' AS DATE) AS c1 FROM (SELECT a4.c4 * "
         "a4.c1 AS c0, a4.k0 AS c1 FROM t0 AS a3 LEFT JOIN t0 AS a4 ON a3.c3 = a4.c4 UNION ALL "
         "SELECT a5.n + 1 AS c0, 'd' AS c1 FROM t4 AS a5) AS d2 WHERE d2.c0 BETWEEN 3.75 AND 5"),
+    # a scalar subquery's value, unnested, is CASE WHEN … THEN (NULL) ELSE v END: typed as v
+    # (the parenthesized NULL was an unknown branch), so the UNION's branch that carries it
+    # as an ID pads the other branch with a NULL of its type — untyped, a CTE made it text
+    # ("UNION types bigint and text cannot be matched", a crash under id and tuple)
+    "seed59010_an_unnested_scalar_subquery_value_keeps_its_type": Case(
+        "CREATE TABLE t1 (k0 int NOT NULL, c1 text NOT NULL, c3 double precision NOT NULL, "
+        "PRIMARY KEY (k0));"
+        "CREATE TABLE t3 (k0 int NOT NULL, k1 int NOT NULL, c3 int NOT NULL, "
+        "PRIMARY KEY (k0, k1));",
+        "INSERT INTO t1 VALUES (1, 'd', 2.25), (8, 'a', 1.25), (7, 'd', 4.0);"
+        "INSERT INTO t3 VALUES (5, 5, 8), (3, 4, 6), (5, 7, 6), (7, 8, 0), (8, 5, 6)",
+        ("INSERT INTO t3 VALUES (4, 3, 1)", "UPDATE t3 SET k1 = 9 WHERE k0 = 5 AND k1 = 7",
+         "UPDATE t1 SET c3 = 0.5 WHERE k0 = 8", "DELETE FROM t3 WHERE k0 = 7",
+         "INSERT INTO t1 VALUES (2, 'b', 3.0)"),
+        "SELECT DISTINCT d1.c0 AS c0, 'b' AS c1 FROM (SELECT (SELECT SUM(a6.k1) FROM t3 AS a6 "
+        "WHERE a6.k0 = a5.k1) AS c0 FROM t3 AS a5) AS d1 UNION SELECT SUM(a11.c3) AS c0, "
+        "a11.c1 AS c1 FROM t1 AS a11 GROUP BY a11.c1"),
 }
 
 

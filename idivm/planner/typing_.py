@@ -47,11 +47,19 @@ def expression_type(e: exp.Expr, types: Mapping[str, str | None]) -> str | None:
                     else [*(i.args.get("true") for i in e.args.get("ifs") or []),
                           e.args.get("default")])
         return common_type([expression_type(b, types) for b in branches
-                            if b is not None and not isinstance(b, exp.Null)])
+                            if b is not None and not _is_null(b)])
     if isinstance(e, exp.Add | exp.Sub | exp.Mul | exp.Div):
         return _arithmetic_type(expression_type(e.this, types),
                                 expression_type(e.expression, types))
     return None
+
+
+def _is_null(e: exp.Expr) -> bool:
+    """A NULL literal, parenthesized or not: a branch that takes the others' type (fuzz seed
+    59010: an unnested scalar subquery's ``CASE WHEN p IS NULL THEN (NULL) ELSE v END``)."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return isinstance(e, exp.Null)
 
 
 _DOUBLES = ("DOUBLE PRECISION", "DOUBLE", "FLOAT8", "FLOAT")

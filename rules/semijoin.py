@@ -122,8 +122,9 @@ def recompute(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode,
     """Δ- by l's IDs for every l row an r change may flip, and Δ+ of those that qualify now:
     the rows Δ- names (l's IDs are the operator's, a key of Input_l_post), found again by
     their IDs rather than by matching the r change to l a second time — a change to r
-    usually touches few of the l rows it is matched against (TPC-H Q22: 1,500 deleted
-    orders, 201 customers of the view's countries)."""
+    usually touches few of the l rows it is matched against (TPC-H Q22's o_custkey updates).
+    Under Δu_r (an r row's old values and new ones); Δ-_r only removes rows from ⋉ (``leaving``)
+    and only adds them to ▷ (``antijoin.entering``)."""
     nid = node.nid
     ids = ctx.info(nid).ids
     touched = affected_left(ctx, node, d, which)
@@ -158,7 +159,27 @@ def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[Dif
                    affected_left(ctx, node, d, ["post"]))
         return [ctx.emit("ins", node.nid, ctx.info(node.nid).ids, q,
                          "Table 13 ⋉: Δ+ = Input_l_post ⋉_φ Δ+_r", [d])]
-    return recompute(ctx, node, d, ["pre"] if s.kind == "del" else ["pre", "post"], False, "⋉")
+    if s.kind == "del":  # old r rows gone can only remove l rows
+        return [leaving(ctx, node, d)]
+    return recompute(ctx, node, d, ["pre", "post"], False, "⋉")
+
+
+def leaving(ctx: RuleContext, node: A.SemiJoin, d: DiffNode) -> DiffNode:
+    """Δ-_r's Δ- = π_I((Input_l_post ⋉_φ Δ-_r) ▷_φ Input_r_post): the l rows a gone r row
+    matched that no r row matches now — with no Δ+ of the touched rows that still qualify
+    (``recompute``'s), as such a row was in the output before and stays. A touched row whose φ
+    attributes kept their values matched that r row before it went, so was in; one whose φ
+    attributes changed, or that is new, comes through the left side's rules (a Δ- by its IDs
+    and a re-probe, or Δ+_l's probe); one that qualifies only now is added by the rule of the
+    new or changed r row it matches. Safe with an overestimating Δ-_r (values of no old r
+    row): a row it names is deleted only where no r row matches it now, which the output
+    cannot hold. The mirror of ``antijoin.entering``."""
+    ids = ctx.info(node.nid).ids
+    cond = exp.Not(this=probe(ctx, node, "l", *right_state(ctx, node, "o")))
+    q = select([(k, c(k, "l")) for k in ids], ctx.state("post", node.left.nid, "l"),
+               exp.and_(affected_left(ctx, node, d, ["pre"]), cond), distinct=True)
+    return ctx.emit("del", node.nid, ids, q,
+                    "Table 13 ⋉: Δ- = π_I((Input_l_post ⋉_φ Δ-_r) ▷ Input_r_post)", [d])
 
 
 def render(r: Renderer, node: A.Node) -> Flat:

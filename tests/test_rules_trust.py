@@ -402,4 +402,65 @@ def test_probe_recompute_finds_its_rows_by_the_delete_it_emitted(probe: str) -> 
         read = {tb.name for tb in d.query.find_all(exp.Table)}
         assert dele.name in read and d.inputs[0] not in read, d.query.sql()
         found += 1
-    assert found == 2  # (a delete and an update of c)
+    # (an update of c; a delete's rule reads no Δ-: ``semijoin.leaving``, ``antijoin.entering``)
+    assert found == 1
+
+
+def test_antijoin_delete_of_r_emits_only_the_rows_entering() -> None:
+    """▷ under Δ-_r: the l rows a gone r row matched were out of the output before, so the rule
+    emits their Δ+ where no r row matches them now, and no Δ- of them (which would delete
+    nothing and cost a statement per level up to the next store)."""
+    view = "SELECT a.id, a.v FROM a WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.x = a.v)"
+    p = plan(view, Catalog.from_ddl(ABC))
+    [entering] = [d for d in p.dag.diffs.values() if "(Input_l_post ⋉_φ Δ-_r) ▷" in d.rule]
+    [gone] = [p.dag.diffs[i] for i in entering.inputs]
+    assert entering.schema.kind == "ins" and gone.schema.kind == "del"
+    from_gone = [d for d in p.dag.diffs.values() if gone.name in d.inputs]
+    assert from_gone == [entering], [d.rule for d in from_gone]
+
+
+LKR = """CREATE TABLE l (id int PRIMARY KEY, k int, g int);
+CREATE TABLE m (id int PRIMARY KEY, g int, w int);
+CREATE TABLE r (id int PRIMARY KEY, k int);"""
+LKR_ROWS = ("INSERT INTO l VALUES (1, 1, 1), (2, 2, 1), (3, 3, 2)",
+            "INSERT INTO m VALUES (1, 1, 10), (2, 1, 20), (3, 2, 30)",
+            "INSERT INTO r VALUES (1, 2), (2, 5), (3, 6)")
+# r rows gone that l rows matched: alone, with another r row of the same value left or added,
+# with the l row new or changed in the same batch; r's φ column updated
+LKR_ROUNDS = (
+    ("INSERT INTO l VALUES (4, 5, 1)", "DELETE FROM r WHERE id = 2"),
+    ("INSERT INTO l VALUES (5, 6, 2)", "DELETE FROM r WHERE id = 3", "INSERT INTO r VALUES (4, 6)"),
+    ("DELETE FROM r WHERE id = 1", "UPDATE l SET k = 2 WHERE id = 1"),
+    ("UPDATE l SET k = 7 WHERE id = 5", "DELETE FROM r WHERE id = 4",
+     "INSERT INTO m VALUES (4, 2, 40)"),
+    ("INSERT INTO r VALUES (5, 1), (6, 7)", "UPDATE l SET g = 2 WHERE id = 2"),
+    ("DELETE FROM r", "INSERT INTO l VALUES (6, 1, 2)"),
+    ("INSERT INTO r VALUES (7, 1), (8, 2), (9, 5), (10, 6)",),
+    ("DELETE FROM r WHERE id = 7", "INSERT INTO r VALUES (11, 1)"),
+    ("DELETE FROM r WHERE id IN (8, 11)", "UPDATE l SET k = 5 WHERE id = 2"),
+    ("UPDATE r SET k = 3 WHERE id = 9", "DELETE FROM l WHERE id = 4"),
+    ("DELETE FROM r WHERE id = 10", "INSERT INTO r VALUES (12, 6)", "DELETE FROM r WHERE id = 12"),
+    ("INSERT INTO r VALUES (13, 1), (14, 1), (15, 2), (16, 2)",),
+    ("DELETE FROM r WHERE id = 13", "DELETE FROM r WHERE id = 15",
+     "INSERT INTO l VALUES (7, 2, 1)"),
+    ("DELETE FROM r WHERE id IN (14, 16)", "INSERT INTO r VALUES (17, 2)"),
+)
+
+
+@pytest.mark.parametrize("strategy", ["id", "tuple", "auto"])
+@pytest.mark.parametrize("probe", ["EXISTS", "NOT EXISTS"])
+@pytest.mark.parametrize("shape", [
+    "SELECT l.id, l.g FROM l WHERE {p} (SELECT 1 FROM r WHERE r.k = l.k)",
+    "SELECT l.g, count(*) AS n FROM l WHERE {p} (SELECT 1 FROM r WHERE r.k = l.k AND r.id > l.id) "
+    "GROUP BY l.g",
+    # many-to-many below γ: no input cache, per-group deltas from the touched rows' snapshots
+    "SELECT l.g, count(*) AS n, sum(m.w) AS s FROM l JOIN m ON l.g = m.g WHERE {p} "
+    "(SELECT 1 FROM r WHERE r.k = l.k) GROUP BY l.g",
+    "SELECT l.g, m.w FROM l JOIN m ON l.g = m.g WHERE {p} (SELECT 1 FROM r WHERE r.k = l.k)",
+])
+def test_probe_under_deletes_of_r(pg_dsn: str, pg_schema: str, shape: str, probe: str,
+                                  strategy: str) -> None:
+    """⋉ under Δ-_r deletes only the touched rows no r row matches now (``semijoin.leaving``),
+    ▷ under Δ-_r adds only those (``antijoin.entering``): neither re-derives the rest. Each
+    fails when the rule drops its re-probe of Input_r_post."""
+    differential(pg_dsn, pg_schema, LKR, LKR_ROWS, shape.format(p=probe), LKR_ROUNDS, strategy)

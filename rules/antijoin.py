@@ -9,7 +9,7 @@ from idivm.planner.model import DiffNode
 from idivm.planner.ruleapi import OperatorRule, RuleContext, c, select
 
 from .semijoin import RULE as SEMI
-from .semijoin import affected_left, infer, left_side, probe, recompute, render, right_state
+from .semijoin import affected_left, infer, left_side, recompute, render, unmatched_now
 
 
 def propagate(ctx: RuleContext, node: A.Node, idx: int, d: DiffNode) -> list[DiffNode]:
@@ -56,10 +56,8 @@ def entering(ctx: RuleContext, node: A.AntiJoin, d: DiffNode) -> DiffNode:
     cost a statement per level up to the next store and an index probe there per touched row
     (TPC-H Q22: 1,500 deleted orders' customers). Safe with an overestimating Δ-_r (values
     of no old r row): each row it names is re-probed against Input_r_post."""
-    lstate = ctx.state("post", node.left.nid, "l")
-    cond = exp.Not(this=probe(ctx, node, "l", *right_state(ctx, node, "o")))
-    q = select([(k, c(k, "l")) for k in node.columns], lstate,
-               exp.and_(affected_left(ctx, node, d, ["pre"]), cond))
+    q = select([(k, c(k, "l")) for k in node.columns], ctx.state("post", node.left.nid, "l"),
+               unmatched_now(ctx, node, d))
     return ctx.emit("ins", node.nid, ctx.info(node.nid).ids, q,
                     "Table 13 ▷: Δ+ = (Input_l_post ⋉_φ Δ-_r) ▷ Input_r_post", [d])
 

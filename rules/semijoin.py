@@ -175,11 +175,17 @@ def leaving(ctx: RuleContext, node: A.SemiJoin, d: DiffNode) -> DiffNode:
     row): a row it names is deleted only where no r row matches it now, which the output
     cannot hold. The mirror of ``antijoin.entering``."""
     ids = ctx.info(node.nid).ids
-    cond = exp.Not(this=probe(ctx, node, "l", *right_state(ctx, node, "o")))
     q = select([(k, c(k, "l")) for k in ids], ctx.state("post", node.left.nid, "l"),
-               exp.and_(affected_left(ctx, node, d, ["pre"]), cond), distinct=True)
+               unmatched_now(ctx, node, d))
     return ctx.emit("del", node.nid, ids, q,
                     "Table 13 ⋉: Δ- = π_I((Input_l_post ⋉_φ Δ-_r) ▷ Input_r_post)", [d])
+
+
+def unmatched_now(ctx: RuleContext, node: A.SemiJoin | A.AntiJoin, d: DiffNode) -> exp.Expr:
+    """The condition on an Input_l_post row (alias ``l``) of (Input_l_post ⋉_φ Δ-_r) ▷_φ
+    Input_r_post: a gone r row matched it, no r row matches it now."""
+    return exp.and_(affected_left(ctx, node, d, ["pre"]),
+                    exp.Not(this=probe(ctx, node, "l", *right_state(ctx, node, "o"))))
 
 
 def render(r: Renderer, node: A.Node) -> Flat:

@@ -179,10 +179,21 @@ def test_key_value_dsn_works(pg_dsn: str, pg_schema: str) -> None:
         conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pg_schema)))
         for stmt in CAT.ddl():
             conn.execute(stmt)
+    with psycopg.connect(kv, autocommit=True) as conn:  # (libpq itself takes it)
+        conn.execute(sql.SQL("INSERT INTO {}.parts (pid, price) VALUES ('kv1', 1), ('kv2', 2)")
+                     .format(sql.Identifier(pg_schema)))
     with PostgresMaintainer(kv, schema=pg_schema) as m:
         m.create_view("n", "SELECT count(*) AS n FROM parts")
-        m.maintain("n")
+        with psycopg.connect(kv, autocommit=True) as conn:
+            conn.execute(sql.SQL("INSERT INTO {}.parts (pid, price) VALUES ('kv3', 3)")
+                         .format(sql.Identifier(pg_schema)))
+        st = m.maintain("n")
+        assert st.changes == {"parts": 1}
+        row = m.conn.execute(sql.SQL("SELECT n FROM {}.n").format(
+            sql.Identifier(pg_schema))).fetchone()
+        assert row is not None and row[0] == 3, row
         m.drop_view("n")
+        assert "n" not in m.definitions()
 
 
 def test_companion_from_an_older_idivm_says_what_to_do(pg_dsn: str, pg_schema: str) -> None:

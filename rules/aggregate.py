@@ -172,11 +172,20 @@ def _moved_rows(ctx: RuleContext, node: A.Aggregate, d: DiffNode, rest: Sequence
 
 def direct_idiffs(node: A.Aggregate, diffs: Sequence[DiffNode],
                   infos: Mapping[int, NodeInfo]) -> list[DiffNode]:
-    """The Δu i-diffs of γ's cached input Table 9 applies to: they change only attributes
-    SUM, COUNT and AVG read — not a group, MIN/MAX or ID attribute — carry their pre-values,
-    and no other Δu changes the same attributes."""
+    """The Δu i-diffs of γ's input Table 9 applies to: they change only attributes SUM,
+    COUNT and AVG read — not a group, MIN/MAX or ID attribute — carry their pre-values, and
+    no other Δu changes the same attributes. The input is cached, or a join left uncached
+    (a many-to-many one, §4 footnote 6): Σ(post − pre) over Input_post ⋈ the i-diff on its
+    IDs, driven from the i-diff, where the snapshots would derive the rows it names twice,
+    before and after (BSMA Q*1: the friend-of-friend paths through each updated user). Not
+    over σ/π of one table nor over a γ, whose snapshots hold every changed row whatever
+    i-diff names it (``moved_idiff``): they would count those rows again."""
+    from idivm.rules import rule_for
+
     child = node.child
-    if not keeps_input_cache(child, infos[child.nid]):
+    if not keeps_input_cache(child, infos[child.nid]) and (
+            isinstance(child, A.Aggregate)
+            or not any(rule_for(n).combines for n in A.walk(child))):
         return []
     summed = set(aggregated_args(node))
     other = set(node.group_by) | set(infos[child.nid].ids)

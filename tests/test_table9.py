@@ -6,10 +6,13 @@ maintained at once, and the view must equal its query after each."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import psycopg
 import pytest
 from psycopg import sql
 
+from idivm.plan import Plan
 from idivm.postgres import PostgresMaintainer
 
 try:
@@ -72,24 +75,34 @@ BATCHES = (
 )
 
 
-@pytest.mark.parametrize("strategy", ["id", "tuple"])
-@pytest.mark.parametrize("view", sorted(VIEWS))
-def test_update_batches_with_other_changes(pg_dsn: str, pg_schema: str, view: str,
-                                           strategy: str) -> None:
+def maintained_through(pg_dsn: str, pg_schema: str, ddl: str, query: str, strategy: str,
+                       batches: Sequence[Sequence[str]],
+                       read_straight: Callable[[Plan], bool]) -> None:
+    """``query`` as view v over ``ddl``, maintained after each batch (its statements run
+    first) and equal to the query each time; under id, ``read_straight`` holds of its plan."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn, \
             PostgresMaintainer(pg_dsn, pg_schema) as m:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg_schema)))
-        conn.execute(DDL)
-        m.create_view("v", VIEWS[view], strategy=strategy)  # type: ignore[arg-type]
-        if strategy == "id":  # the price update is read straight
-            assert any(m.plan_of("v").composition.direct.values()), view
-        for i, batch in enumerate(BATCHES):
+        conn.execute(ddl)
+        m.create_view("v", query, strategy=strategy)  # type: ignore[arg-type]
+        if strategy == "id":
+            assert read_straight(m.plan_of("v")), query
+        for i, batch in enumerate(batches):
             for statement in batch:
                 conn.execute(statement)
             m.maintain("v")
             got = normalize_rows(conn.execute("SELECT * FROM v").fetchall())
-            want = normalize_rows(conn.execute(VIEWS[view]).fetchall())
-            assert got == want, f"{view} ({strategy}) after batch {i}: {batch}"
+            want = normalize_rows(conn.execute(query).fetchall())
+            assert got == want, f"{query} ({strategy}) after batch {i}: {batch}"
+
+
+@pytest.mark.parametrize("strategy", ["id", "tuple"])
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_update_batches_with_other_changes(pg_dsn: str, pg_schema: str, view: str,
+                                           strategy: str) -> None:
+    # the price update is read straight over the cache
+    maintained_through(pg_dsn, pg_schema, DDL, VIEWS[view], strategy, BATCHES,
+                       lambda p: any(p.composition.direct.values()))
 
 
 # γ over a many-to-many join, left uncached (BSMA Q*1's shape: per person, sums over the
@@ -147,18 +160,6 @@ FOF_BATCHES = (
 @pytest.mark.parametrize("view", sorted(FOF_VIEWS))
 def test_update_read_straight_over_an_uncached_join(pg_dsn: str, pg_schema: str, view: str,
                                                     strategy: str) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as conn, \
-            PostgresMaintainer(pg_dsn, pg_schema) as m:
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg_schema)))
-        conn.execute(FOF_DDL)
-        m.create_view("v", FOF_VIEWS[view], strategy=strategy)  # type: ignore[arg-type]
-        p = m.plan_of("v")
-        if strategy == "id":  # γ's input is not cached, and the score update is read straight
-            assert not p.composition.direct and any(p.dag.direct.values()), view
-        for i, batch in enumerate(FOF_BATCHES):
-            for statement in batch:
-                conn.execute(statement)
-            m.maintain("v")
-            got = normalize_rows(conn.execute("SELECT * FROM v").fetchall())
-            want = normalize_rows(conn.execute(FOF_VIEWS[view]).fetchall())
-            assert got == want, f"{view} ({strategy}) after batch {i}: {batch}"
+    # γ's input is not cached, and the score update is read straight
+    maintained_through(pg_dsn, pg_schema, FOF_DDL, FOF_VIEWS[view], strategy, FOF_BATCHES,
+                       lambda p: not p.composition.direct and any(p.dag.direct.values()))

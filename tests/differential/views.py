@@ -209,15 +209,14 @@ VIEWS: tuple[ViewDef, ...] = (
         "social",
         """
         SELECT f1.uid, count(*) AS paths, sum(u3.tweetsnum) AS tweets,
-               sum(u3.favornum) AS favors
-        FROM friendlist f1
-        JOIN friendlist f2 ON f2.uid = f1.followee_id
-        JOIN users u1 ON u1.uid = f1.uid
-        JOIN users u3 ON u3.uid = f2.followee_id
-        WHERE u1.city = u3.city
+               avg(u3.favornum) AS favors
+        FROM friendlist f1, friendlist f2, users u1, users u3
+        WHERE f2.uid = f1.followee_id AND u1.uid = f1.uid AND u3.uid = f2.followee_id
+          AND u1.city = u3.city
         GROUP BY f1.uid
         """,
-        ("many-to-many join under GROUP BY (uncached input)", "self-join", "SUM"),
+        ("many-to-many join under GROUP BY (uncached input)", "comma join with WHERE",
+         "self-join", "SUM", "AVG"),
     ),
     ViewDef(
         "social_mutual_follow",

@@ -95,6 +95,18 @@ def _delta(ctx: RuleContext, node: A.Aggregate, diffs: Sequence[DiffNode],
     return group_deltas(node, sides)
 
 
+def _touched_by_idiff(child: A.Node) -> bool:
+    """Whether the snapshots of γ's uncached input hold only the rows the i-diffs they are
+    made of name (a semi-join per i-diff, leaving out those γ reads straight): a join below.
+    An input of σ/π over one table reads the log's images for its snapshots (a superset of
+    the touched rows), and a γ below is cached with snapshots of every row it changes: an
+    i-diff read straight would count those rows again."""
+    from idivm.rules import rule_for
+
+    return not isinstance(child, A.Aggregate) and any(rule_for(n).combines
+                                                      for n in A.walk(child))
+
+
 def moved_idiff(node: A.Aggregate, diffs: Sequence[DiffNode], infos: Mapping[int, NodeInfo]
                 ) -> DiffNode | None:
     """The Δu that moves rows of γ's uncached input between groups, when its rows' changes
@@ -104,15 +116,9 @@ def moved_idiff(node: A.Aggregate, diffs: Sequence[DiffNode], infos: Mapping[int
     no MIN/MAX (re-derived from Input_post); and the other i-diffs name rows by columns it
     carries, so that the rows they also touch are left to their snapshots. TPC-H Q13: a
     customer's order count moves it from one ``c_count`` group to another."""
-    from idivm.rules import rule_for
-
     child = node.child
     cinfo = infos[child.nid]
-    # an input of σ/π over one table reads the log's images for its snapshots (a superset of
-    # the touched rows), and a γ below is cached with snapshots of every row it changes:
-    # either would count the moved rows again
-    if not node.group_by or keeps_input_cache(child, cinfo) or isinstance(child, A.Aggregate) \
-            or not any(rule_for(n).combines for n in A.walk(child)) \
+    if not node.group_by or keeps_input_cache(child, cinfo) or not _touched_by_idiff(child) \
             or any(a.func in ("min", "max") for a in node.aggs):
         return None
     groups = set(node.group_by)
@@ -179,13 +185,9 @@ def direct_idiffs(node: A.Aggregate, diffs: Sequence[DiffNode],
     IDs, driven from the i-diff, where the snapshots would derive the rows it names twice,
     before and after (BSMA Q*1: the friend-of-friend paths through each updated user). Not
     over σ/π of one table nor over a γ, whose snapshots hold every changed row whatever
-    i-diff names it (``moved_idiff``): they would count those rows again."""
-    from idivm.rules import rule_for
-
+    i-diff names it (``_touched_by_idiff``): they would count those rows again."""
     child = node.child
-    if not keeps_input_cache(child, infos[child.nid]) and (
-            isinstance(child, A.Aggregate)
-            or not any(rule_for(n).combines for n in A.walk(child))):
+    if not keeps_input_cache(child, infos[child.nid]) and not _touched_by_idiff(child):
         return []
     summed = set(aggregated_args(node))
     other = set(node.group_by) | set(infos[child.nid].ids)
